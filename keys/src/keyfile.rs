@@ -1,0 +1,222 @@
+//! The key file (SPEC 9): TOML text, optionally sealed under a passphrase with Argon2id.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::cipher::{AeadKey, Cipher};
+use crate::format::{KEY_SIZE, NONCE_SIZE, label};
+use crate::keyring::{KeyEntry, KeyId, Keyring};
+use crate::secret::{Kek, Passphrase};
+use crate::{Error, Result};
+
+/// Argon2id cost of newly sealed key files: 64 MiB, 3 passes (OWASP's first recommendation).
+const M_COST_KIB: u32 = 65_536;
+const T_COST: u32 = 3;
+const P_COST: u32 = 1;
+const KDF_SALT_SIZE: usize = 16;
+/// The highest cost a reader accepts, so a hostile key file cannot exhaust memory.
+const MAX_M_COST_KIB: u32 = 4 * 1024 * 1024;
+
+#[derive(Serialize, Deserialize)]
+struct FileToml {
+    version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    keys: Vec<KeyToml>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sealed: Option<SealedToml>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KeyToml {
+    id: String,
+    #[serde(default)]
+    created: String,
+    secret: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SealedToml {
+    kdf: String,
+    m_cost_kib: u32,
+    t_cost: u32,
+    p_cost: u32,
+    salt: String,
+    nonce: String,
+    ciphertext: String,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::KeyFile(msg.into())
+}
+
+/// Whether this key file text is sealed under a passphrase.
+///
+/// # Errors
+/// [`Error::KeyFile`] if the text is not a key file.
+pub fn is_sealed(text: &str) -> Result<bool> {
+    let file: FileToml = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+    Ok(file.sealed.is_some())
+}
+
+impl Keyring {
+    /// Parses a key file; `passphrase` is needed only when the file is sealed.
+    ///
+    /// # Errors
+    /// [`Error::KeyFile`] for a malformed file or a sealed file without a passphrase,
+    /// [`Error::WrongPassphrase`] when the passphrase does not open it.
+    pub fn from_toml(text: &str, passphrase: Option<&Passphrase>) -> Result<Self> {
+        let file: FileToml = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if file.version != 1 {
+            return Err(bad(format!(
+                "unsupported key file version {}",
+                file.version
+            )));
+        }
+        if let Some(sealed) = file.sealed {
+            let passphrase =
+                passphrase.ok_or_else(|| bad("the key file is sealed; a passphrase is needed"))?;
+            let inner = unseal(&sealed, passphrase)?;
+            let inner =
+                std::str::from_utf8(&inner).map_err(|_| bad("sealed content is not UTF-8"))?;
+            return Self::from_toml(inner, None);
+        }
+        let active = file
+            .active
+            .ok_or_else(|| bad("no `active` key"))?
+            .parse::<KeyId>()?;
+        let mut entries = Vec::with_capacity(file.keys.len());
+        for k in file.keys {
+            let id: KeyId = k.id.parse()?;
+            let secret = Zeroizing::new(k.secret);
+            let raw = Zeroizing::new(
+                B64.decode(secret.as_bytes())
+                    .map_err(|_| bad(format!("key {id}: secret is not base64")))?,
+            );
+            let bytes: [u8; KEY_SIZE] = raw
+                .as_slice()
+                .try_into()
+                .map_err(|_| bad(format!("key {id}: secret is not 32 bytes")))?;
+            entries.push(KeyEntry::new(id, k.created, Kek::from_bytes(bytes)));
+        }
+        Keyring::new(entries, active)
+    }
+
+    /// The unsealed key file text. It holds every secret: write it only where the key file goes.
+    #[must_use]
+    pub fn to_toml(&self) -> Zeroizing<String> {
+        let file = FileToml {
+            version: 1,
+            active: Some(self.active().id.to_string()),
+            keys: self
+                .entries()
+                .map(|e| KeyToml {
+                    id: e.id.to_string(),
+                    created: e.created.clone(),
+                    secret: B64.encode(e.kek().expose()),
+                })
+                .collect(),
+            sealed: None,
+        };
+        let text = toml::to_string(&file).expect("key file structures always serialize");
+        // The serialized structure held base64 copies of the secrets; they drop here unzeroized
+        // inside `file`, so scrub them explicitly.
+        for mut k in file.keys {
+            zeroize::Zeroize::zeroize(&mut k.secret);
+        }
+        Zeroizing::new(format!(
+            "# kura key file: back it up. Without it the data cannot be decrypted.\n{text}"
+        ))
+    }
+
+    /// The key file text sealed under `passphrase` with Argon2id and ChaCha20-Poly1305.
+    ///
+    /// # Errors
+    /// [`Error::Random`] if the system generator fails.
+    pub fn to_sealed_toml(&self, passphrase: &Passphrase) -> Result<String> {
+        let mut salt = [0u8; KDF_SALT_SIZE];
+        crate::rand::fill(&mut salt)?;
+        let mut nonce = [0u8; NONCE_SIZE];
+        crate::rand::fill(&mut nonce)?;
+        let key = derive(passphrase, &salt, M_COST_KIB, T_COST, P_COST)?;
+        let mut buf = self.to_toml().as_bytes().to_vec();
+        AeadKey::new(Cipher::ChaCha20Poly1305, &key).seal_append(
+            nonce,
+            label::KEYFILE,
+            &mut buf,
+            0,
+        );
+        let file = FileToml {
+            version: 1,
+            active: None,
+            keys: Vec::new(),
+            sealed: Some(SealedToml {
+                kdf: "argon2id".into(),
+                m_cost_kib: M_COST_KIB,
+                t_cost: T_COST,
+                p_cost: P_COST,
+                salt: B64.encode(salt),
+                nonce: B64.encode(nonce),
+                ciphertext: B64.encode(&buf),
+            }),
+        };
+        let text = toml::to_string(&file).expect("key file structures always serialize");
+        Ok(format!(
+            "# kura key file, sealed with a passphrase: back it up, and the passphrase too.\n{text}"
+        ))
+    }
+}
+
+fn derive(
+    passphrase: &Passphrase,
+    salt: &[u8],
+    m: u32,
+    t: u32,
+    p: u32,
+) -> Result<Zeroizing<[u8; KEY_SIZE]>> {
+    let params = argon2::Params::new(m, t, p, Some(KEY_SIZE))
+        .map_err(|e| bad(format!("argon2 parameters: {e}")))?;
+    let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+    let mut key = Zeroizing::new([0u8; KEY_SIZE]);
+    argon
+        .hash_password_into(passphrase.expose(), salt, key.as_mut())
+        .map_err(|e| bad(format!("argon2: {e}")))?;
+    Ok(key)
+}
+
+fn unseal(sealed: &SealedToml, passphrase: &Passphrase) -> Result<Zeroizing<Vec<u8>>> {
+    if sealed.kdf != "argon2id" {
+        return Err(bad(format!("unsupported kdf {:?}", sealed.kdf)));
+    }
+    if sealed.m_cost_kib > MAX_M_COST_KIB {
+        return Err(bad("argon2 memory cost is above 4 GiB"));
+    }
+    let salt = B64
+        .decode(&sealed.salt)
+        .map_err(|_| bad("salt is not base64"))?;
+    let nonce: [u8; NONCE_SIZE] = B64
+        .decode(&sealed.nonce)
+        .ok()
+        .and_then(|n| n.try_into().ok())
+        .ok_or_else(|| bad("nonce is not 12 bytes of base64"))?;
+    let mut buf = Zeroizing::new(
+        B64.decode(&sealed.ciphertext)
+            .map_err(|_| bad("ciphertext is not base64"))?,
+    );
+    let key = derive(
+        passphrase,
+        &salt,
+        sealed.m_cost_kib,
+        sealed.t_cost,
+        sealed.p_cost,
+    )?;
+    let len = AeadKey::new(Cipher::ChaCha20Poly1305, &key)
+        .open(nonce, label::KEYFILE, &mut buf)
+        .map_err(|_| Error::WrongPassphrase)?
+        .len();
+    buf.truncate(len);
+    Ok(buf)
+}

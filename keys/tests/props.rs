@@ -1,0 +1,224 @@
+//! Property tests: round trips for random sizes, layouts and ranges; any flipped bit and
+//! any truncation fails.
+
+mod common;
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use common::{keyring, plaintext, seal_multipart, seal_single};
+use kura_keys::{BodyOpener, Cipher, ObjectName, ObjectReader, Transform};
+use proptest::prelude::*;
+
+const SEG: usize = 65_536;
+
+fn open_all(kr: &Arc<kura_keys::Keyring>, body: &[u8]) -> kura_keys::Result<Vec<u8>> {
+    BodyOpener::new(kr.clone(), "b".into(), "k".into()).run(body)
+}
+
+fn cipher() -> impl Strategy<Value = Cipher> {
+    prop_oneof![Just(Cipher::Aes256Gcm), Just(Cipher::ChaCha20Poly1305)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn single_part_round_trip_and_ranges(len in 0usize..4 * SEG + 100, c in cipher(), a in any::<u64>(), b in any::<u64>()) {
+        let kr = Arc::new(keyring());
+        let data = plaintext(len, len as u64);
+        let body = seal_single(&kr, "b", "k", c, &data);
+        prop_assert_eq!(body.len() as u64, kura_keys::ciphertext_size(len as u64));
+        prop_assert_eq!(open_all(&kr, &body).unwrap(), data.clone());
+        let name = ObjectName::new("b", "k").unwrap();
+        let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name).unwrap();
+        prop_assert_eq!(r.size(), len as u64);
+        if len > 0 {
+            let (s, e) = { let s = a % len as u64; let e = s + b % (len as u64 - s); (s, e) };
+            let mut out = Vec::new();
+            r.read_range(s, e, &mut out).unwrap();
+            prop_assert_eq!(&out[..], &data[s as usize..=e as usize]);
+        }
+    }
+
+    #[test]
+    fn multipart_round_trip_and_ranges(
+        segs_per_part in 1usize..4, last in 0usize..3 * SEG, nparts in 1usize..5,
+        c in cipher(), trailer in any::<bool>(), a in any::<u64>(), b in any::<u64>(),
+    ) {
+        let kr = Arc::new(keyring());
+        let p = segs_per_part * SEG;
+        let datas: Vec<Vec<u8>> = (0..nparts).map(|i| plaintext(if i + 1 == nparts { last.min(p) } else { p }, i as u64)).collect();
+        let parts: Vec<(u32, &[u8])> = datas.iter().enumerate().map(|(i, d)| (i as u32 + 1, d.as_slice())).collect();
+        let body = seal_multipart(&kr, "b", "k", c, &parts, trailer);
+        let whole = datas.concat();
+        prop_assert_eq!(open_all(&kr, &body).unwrap(), whole.clone());
+        let name = ObjectName::new("b", "k").unwrap();
+        let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name).unwrap();
+        prop_assert_eq!(r.size(), whole.len() as u64);
+        if !whole.is_empty() {
+            let n = whole.len() as u64;
+            let (s, e) = { let s = a % n; (s, s + b % (n - s)) };
+            let mut out = Vec::new();
+            r.read_range(s, e, &mut out).unwrap();
+            prop_assert_eq!(&out[..], &whole[s as usize..=e as usize]);
+        }
+    }
+
+    #[test]
+    fn irregular_parts_round_trip(sizes in proptest::collection::vec(1usize..2 * SEG + 7, 1..5), c in cipher(), a in any::<u64>()) {
+        let kr = Arc::new(keyring());
+        let datas: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &s)| plaintext(s, i as u64 + 7)).collect();
+        let parts: Vec<(u32, &[u8])> = datas.iter().enumerate().map(|(i, d)| (2 * i as u32 + 1, d.as_slice())).collect();
+        let body = seal_multipart(&kr, "b", "k", c, &parts, true);
+        let whole = datas.concat();
+        prop_assert_eq!(open_all(&kr, &body).unwrap(), whole.clone());
+        let name = ObjectName::new("b", "k").unwrap();
+        let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name).unwrap();
+        prop_assert_eq!(r.size(), whole.len() as u64);
+        let s = a % whole.len() as u64;
+        let mut out = Vec::new();
+        r.read_range(s, whole.len() as u64 - 1, &mut out).unwrap();
+        prop_assert_eq!(&out[..], &whole[s as usize..]);
+    }
+
+    #[test]
+    fn any_flipped_bit_fails(len in 0usize..2 * SEG + 50, bit in any::<u64>(), multipart in any::<bool>()) {
+        let kr = Arc::new(keyring());
+        let data = plaintext(len, 3);
+        let mut body = if multipart {
+            let (a, b) = data.split_at(len.min(SEG));
+            seal_multipart(&kr, "b", "k", Cipher::Aes256Gcm, &[(1, a), (2, b)], true)
+        } else {
+            seal_single(&kr, "b", "k", Cipher::Aes256Gcm, &data)
+        };
+        let bit = bit % (body.len() as u64 * 8);
+        body[(bit / 8) as usize] ^= 1 << (bit % 8);
+        prop_assert!(open_all(&kr, &body).is_err());
+        let name = ObjectName::new("b", "k").unwrap();
+        let ok = ObjectReader::open(Cursor::new(&body), &kr, &name).and_then(|mut r| { let mut o = Vec::new(); r.read_all(&mut o).map(|()| o) });
+        prop_assert!(ok.is_err());
+    }
+
+    #[test]
+    fn any_truncation_fails(len in 0usize..3 * SEG, cut in any::<u64>(), multipart in any::<bool>()) {
+        let kr = Arc::new(keyring());
+        let data = plaintext(len, 5);
+        let body = if multipart {
+            let (a, b) = data.split_at(len.min(SEG));
+            seal_multipart(&kr, "b", "k", Cipher::ChaCha20Poly1305, &[(1, a), (2, b)], false)
+        } else {
+            seal_single(&kr, "b", "k", Cipher::ChaCha20Poly1305, &data)
+        };
+        let keep = (cut % body.len() as u64) as usize;
+        prop_assert!(open_all(&kr, &body[..keep]).is_err());
+    }
+}
+
+#[test]
+fn moved_object_fails_as_tampered_header() {
+    let kr = Arc::new(keyring());
+    let body = seal_single(&kr, "b", "k", Cipher::Aes256Gcm, b"hello");
+    let err = BodyOpener::new(kr.clone(), "b".into(), "other".into())
+        .run(&body)
+        .unwrap_err();
+    assert_eq!(err.class(), "tampered-header");
+    let err = BodyOpener::new(kr, "b2".into(), "k".into())
+        .run(&body)
+        .unwrap_err();
+    assert_eq!(err.class(), "tampered-header");
+}
+
+#[test]
+fn rewrap_keeps_the_body_and_moves_the_binding() {
+    let mut kr = keyring();
+    let body = seal_single(&kr, "b", "k", Cipher::Aes256Gcm, b"rotate me");
+    let header = kura_keys::Header::parse(&body).unwrap();
+    let verified = header
+        .verify(&kr, &ObjectName::new("b", "k").unwrap())
+        .unwrap();
+    kr.rotate("later".into()).unwrap();
+    let new_header = verified
+        .rewrap(&kr, &ObjectName::new("b", "renamed").unwrap())
+        .unwrap();
+    let mut moved = new_header.to_vec();
+    moved.extend_from_slice(&body[kura_keys::format::HEADER_SIZE..]);
+    let kr = Arc::new(kr);
+    let out = BodyOpener::new(kr.clone(), "b".into(), "renamed".into())
+        .run(&moved)
+        .unwrap();
+    assert_eq!(out, b"rotate me");
+    assert_eq!(
+        kura_keys::Header::parse(&moved).unwrap().key_id(),
+        kr.active().id
+    );
+    assert!(
+        BodyOpener::new(kr, "b".into(), "k".into())
+            .run(&moved)
+            .is_err()
+    );
+}
+
+#[test]
+fn dropped_middle_part_fails() {
+    let kr = Arc::new(keyring());
+    let d = plaintext(3 * SEG, 1);
+    let body = seal_multipart(
+        &kr,
+        "b",
+        "k",
+        Cipher::Aes256Gcm,
+        &[(1, &d[..SEG]), (2, &d[SEG..2 * SEG]), (3, &d[2 * SEG..])],
+        false,
+    );
+    let full = kura_keys::format::FULL_SEGMENT_SIZE;
+    let h = kura_keys::format::HEADER_SIZE;
+    let mut cut = body[..h + full].to_vec();
+    cut.extend_from_slice(&body[h + 2 * full..]);
+    assert_eq!(open_all(&kr, &cut).unwrap_err().class(), "tampered-segment");
+}
+
+#[test]
+fn sealed_metadata_round_trips_and_is_bound_to_its_object() {
+    let a = kura_keys::ObjectSecrets::generate().unwrap();
+    let b = kura_keys::ObjectSecrets::generate().unwrap();
+    let pairs = vec![
+        ("Owner".to_string(), "velero".to_string()),
+        ("a".to_string(), String::new()),
+    ];
+    let sealed = a.seal_metadata(Cipher::Aes256Gcm, &pairs).unwrap();
+    let mut opened = a.open_metadata(Cipher::Aes256Gcm, &sealed).unwrap();
+    opened.sort();
+    assert_eq!(
+        opened,
+        vec![
+            ("a".to_string(), String::new()),
+            ("owner".to_string(), "velero".to_string())
+        ]
+    );
+    assert_eq!(
+        b.open_metadata(Cipher::Aes256Gcm, &sealed)
+            .unwrap_err()
+            .class(),
+        "tampered-header"
+    );
+}
+
+#[test]
+fn passphrase_sealed_key_file_round_trips() {
+    let kr = keyring();
+    let pass = kura_keys::secret::Passphrase::new("correct horse".into());
+    let text = kr.to_sealed_toml(&pass).unwrap();
+    assert!(kura_keys::keyfile::is_sealed(&text).unwrap());
+    assert!(
+        !text.contains(&kr.active().id.to_string()),
+        "sealed file must not show key IDs in the clear"
+    );
+    let back = kura_keys::Keyring::from_toml(&text, Some(&pass)).unwrap();
+    assert_eq!(back.active().id, kr.active().id);
+    let wrong = kura_keys::secret::Passphrase::new("wrong".into());
+    assert!(matches!(
+        kura_keys::Keyring::from_toml(&text, Some(&wrong)),
+        Err(kura_keys::Error::WrongPassphrase)
+    ));
+}

@@ -1,0 +1,1 @@
+//! The deduplicating snapshot repository (issue 5); empty until then.
