@@ -1,1 +1,478 @@
-fn main() {}
+//! Writes the test vectors in `tests/vectors/` (SPEC 10). Deterministic: every key, salt and
+//! nonce comes from fixed seeds, so running it again reproduces the same files.
+//!
+//! `cargo run -p kura-keys --features vectors --example gen_vectors -- keys/tests/vectors`
+//!
+//! The tests never run this; they only read the files.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use kura_keys::format::{FULL_SEGMENT_SIZE, HEADER_SIZE, SEGMENT_SIZE};
+use kura_keys::secret::Kek;
+use kura_keys::{
+    Cipher, KeyEntry, KeyId, Keyring, ObjectName, ObjectSecrets, PartInfo, PartSealer, Transform,
+    trailer,
+};
+use ring::digest::{SHA256, digest};
+
+const KEK: [u8; 32] = [0x11; 32];
+const KEY_ID: u64 = 0x6b75_7261_7665_6331; // "kuravec1"
+const BUCKET: &str = "vectors";
+const KEY: &str = "dir/object.bin";
+
+fn plaintext(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn keyring(kek: [u8; 32], id: u64) -> Keyring {
+    let e = KeyEntry::new(KeyId(id), "vectors".into(), Kek::from_bytes(kek));
+    Keyring::new(vec![e], KeyId(id)).unwrap()
+}
+
+fn secrets(seed: u8) -> ObjectSecrets {
+    let mut b = [0u8; 64];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = seed.wrapping_add(i as u8).wrapping_mul(7);
+    }
+    ObjectSecrets::from_bytes(&b)
+}
+
+/// Seals `parts` (part number, plaintext); part 1's writer records its size as `P`.
+fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) -> Vec<u8> {
+    let kr = keyring(KEK, KEY_ID);
+    let name = ObjectName::new(BUCKET, KEY).unwrap();
+    let s = secrets(seed);
+    let pk = Arc::new(s.payload_key(cipher));
+    let mut body = Vec::new();
+    for (i, (n, data)) in parts.iter().enumerate() {
+        let header = (i == 0).then(|| {
+            let p = if parts.len() == 1 {
+                0
+            } else {
+                data.len() as u64
+            };
+            s.header_for_vectors(&kr, &name, cipher, p, [seed; 12])
+        });
+        body.extend(
+            PartSealer::new(pk.clone(), *n, header)
+                .unwrap()
+                .run(data)
+                .unwrap(),
+        );
+    }
+    if with_trailer {
+        let table: Vec<PartInfo> = parts
+            .iter()
+            .map(|(n, d)| PartInfo {
+                number: *n,
+                len: d.len() as u64,
+            })
+            .collect();
+        let t = trailer::encode(&pk, &table, body.len() as u64);
+        body.extend(t);
+    }
+    body
+}
+
+struct Vector {
+    file: &'static str,
+    expect: &'static str,
+    comment: String,
+    body: Vec<u8>,
+    plaintext: Option<Vec<u8>>,
+    range: Option<(usize, usize)>,
+    kek: [u8; 32],
+    key_id: u64,
+    bucket: &'static str,
+    key: &'static str,
+}
+
+fn ok(
+    file: &'static str,
+    comment: &str,
+    cipher: Cipher,
+    parts: Vec<(u32, Vec<u8>)>,
+    trailer: bool,
+    range: Option<(usize, usize)>,
+) -> Vector {
+    let body = seal(cipher, &parts, trailer, file.len() as u8);
+    let plain: Vec<u8> = parts.into_iter().flat_map(|(_, d)| d).collect();
+    Vector {
+        file,
+        expect: "ok",
+        comment: comment.into(),
+        body,
+        plaintext: Some(plain),
+        range,
+        kek: KEK,
+        key_id: KEY_ID,
+        bucket: BUCKET,
+        key: KEY,
+    }
+}
+
+fn bad(file: &'static str, expect: &'static str, comment: &str, body: Vec<u8>) -> Vector {
+    Vector {
+        file,
+        expect,
+        comment: comment.into(),
+        body,
+        plaintext: None,
+        range: None,
+        kek: KEK,
+        key_id: KEY_ID,
+        bucket: BUCKET,
+        key: KEY,
+    }
+}
+
+fn hex_sha(b: &[u8]) -> String {
+    hex::encode(digest(&SHA256, b))
+}
+
+fn write(dir: &Path, v: &Vector) {
+    let mut text = String::new();
+    writeln!(text, "expect: {}", v.expect).unwrap();
+    writeln!(text, "comment: {}", v.comment).unwrap();
+    writeln!(text, "kek: {}", hex::encode(v.kek)).unwrap();
+    writeln!(text, "key-id: {}", KeyId(v.key_id)).unwrap();
+    writeln!(text, "bucket: {}", v.bucket).unwrap();
+    writeln!(text, "key: {}", v.key).unwrap();
+    if let Some(p) = &v.plaintext {
+        writeln!(text, "plaintext-size: {}", p.len()).unwrap();
+        writeln!(text, "plaintext-sha256: {}", hex_sha(p)).unwrap();
+        if let Some((a, b)) = v.range {
+            writeln!(text, "range: {a}-{b}").unwrap();
+            writeln!(text, "range-sha256: {}", hex_sha(&p[a..=b])).unwrap();
+        }
+    }
+    text.push('\n');
+    let mut bytes = text.into_bytes();
+    bytes.extend_from_slice(&v.body);
+    std::fs::write(dir.join(v.file), bytes).unwrap();
+}
+
+fn main() {
+    let dir = std::env::args().nth(1).expect("usage: gen_vectors DIR");
+    let dir = Path::new(&dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let seg = SEGMENT_SIZE;
+    let aes = Cipher::Aes256Gcm;
+    let cha = Cipher::ChaCha20Poly1305;
+    let one = |len: usize, seed: u8| vec![(1u32, plaintext(len, seed))];
+
+    let base = seal(aes, &one(2 * seg + 100, 1), false, 9);
+    let h = HEADER_SIZE;
+    let full = FULL_SEGMENT_SIZE;
+    let flip = |mut b: Vec<u8>, at: usize| {
+        b[at] ^= 0x01;
+        b
+    };
+    let mut vectors = vec![
+        ok(
+            "aes-empty",
+            "empty object: one empty final segment",
+            aes,
+            one(0, 1),
+            false,
+            None,
+        ),
+        ok(
+            "aes-1-byte",
+            "one byte",
+            aes,
+            one(1, 2),
+            false,
+            Some((0, 0)),
+        ),
+        ok(
+            "aes-64k-minus-1",
+            "one short segment",
+            aes,
+            one(seg - 1, 3),
+            false,
+            Some((100, seg - 2)),
+        ),
+        ok(
+            "aes-64k",
+            "one full final segment",
+            aes,
+            one(seg, 4),
+            false,
+            Some((seg - 1, seg - 1)),
+        ),
+        ok(
+            "aes-64k-plus-1",
+            "a full segment, then a final 1-byte segment",
+            aes,
+            one(seg + 1, 5),
+            false,
+            Some((seg - 1, seg)),
+        ),
+        ok(
+            "aes-several-segments",
+            "four segments, the last short",
+            aes,
+            one(3 * seg + 1000, 6),
+            false,
+            Some((70_000, 3 * seg + 10)),
+        ),
+        ok(
+            "chacha-empty",
+            "empty object under ChaCha20-Poly1305",
+            cha,
+            one(0, 7),
+            false,
+            None,
+        ),
+        ok(
+            "chacha-several-segments",
+            "ChaCha20-Poly1305, three segments",
+            cha,
+            one(2 * seg + 77, 8),
+            false,
+            Some((5, 2 * seg + 70)),
+        ),
+        ok(
+            "multipart-regular",
+            "three parts of P = 128 KiB, the last shorter: closed-form size, no trailer",
+            aes,
+            vec![
+                (1, plaintext(2 * seg, 10)),
+                (2, plaintext(2 * seg, 11)),
+                (3, plaintext(50_000, 12)),
+            ],
+            false,
+            Some((2 * seg - 10, 4 * seg + 10)),
+        ),
+        ok(
+            "multipart-regular-chacha",
+            "two parts of P = 64 KiB under ChaCha20-Poly1305",
+            cha,
+            vec![(1, plaintext(seg, 13)), (2, plaintext(seg, 14))],
+            false,
+            Some((seg - 1, seg)),
+        ),
+        ok(
+            "multipart-irregular",
+            "parts 1, 2, 4 of 70000, 65536 and 10 bytes: trailer with the table",
+            aes,
+            vec![
+                (1, plaintext(70_000, 15)),
+                (2, plaintext(seg, 16)),
+                (4, plaintext(10, 17)),
+            ],
+            true,
+            Some((69_990, 135_540)),
+        ),
+        ok(
+            "multipart-regular-with-trailer",
+            "a regular layout that also carries a trailer (protects against dropped parts)",
+            aes,
+            vec![(1, plaintext(seg, 18)), (2, plaintext(100, 19))],
+            true,
+            Some((0, seg + 99)),
+        ),
+    ];
+
+    let mut v2 = base.clone();
+    v2[4] = 2;
+    let mut c9 = base.clone();
+    c9[5] = 9;
+    let mut swapped = base[..h].to_vec();
+    swapped.extend_from_slice(&base[h + full..h + 2 * full]);
+    swapped.extend_from_slice(&base[h..h + full]);
+    swapped.extend_from_slice(&base[h + 2 * full..]);
+    let mut dup = base[..h + full].to_vec();
+    dup.extend_from_slice(&base[h..]);
+    let other = seal(aes, &one(2 * seg + 100, 1), false, 10);
+    let mut spliced = base[..h + full].to_vec();
+    spliced.extend_from_slice(&other[h + full..]);
+    let irregular = seal(
+        aes,
+        &[
+            (1, plaintext(70_000, 15)),
+            (2, plaintext(seg, 16)),
+            (4, plaintext(10, 17)),
+        ],
+        true,
+        3,
+    );
+    let trailer_len = trailer_len_of(&irregular);
+    let regular3 = seal(
+        aes,
+        &[
+            (1, plaintext(seg, 1)),
+            (2, plaintext(seg, 2)),
+            (3, plaintext(9, 3)),
+        ],
+        true,
+        4,
+    );
+    let mut dropped_part = regular3[..h + 2 * full].to_vec();
+    dropped_part.extend_from_slice(&regular3[regular3.len() - trailer_len_of(&regular3)..]);
+
+    vectors.extend([
+        bad(
+            "fail-not-kura",
+            "malformed",
+            "bad magic",
+            flip(base.clone(), 0),
+        ),
+        bad(
+            "fail-unsupported-version",
+            "unsupported-version",
+            "version byte 2",
+            v2,
+        ),
+        bad(
+            "fail-unsupported-cipher",
+            "unsupported-cipher",
+            "cipher ID 9",
+            c9,
+        ),
+        bad(
+            "fail-reserved-bytes",
+            "malformed",
+            "reserved header byte set",
+            flip(base.clone(), 7),
+        ),
+        bad(
+            "fail-header-only",
+            "truncated",
+            "header and nothing else",
+            base[..h].to_vec(),
+        ),
+        bad(
+            "fail-short-header",
+            "truncated",
+            "first 100 header bytes",
+            base[..100].to_vec(),
+        ),
+        bad(
+            "fail-tampered-header-salt",
+            "tampered-header",
+            "salt byte flipped",
+            flip(base.clone(), 30),
+        ),
+        bad(
+            "fail-tampered-header-part-size",
+            "tampered-header",
+            "part size hint changed",
+            flip(base.clone(), 23),
+        ),
+        bad(
+            "fail-tampered-wrapped-key",
+            "tampered-header",
+            "wrapped data key byte flipped",
+            flip(base.clone(), 90),
+        ),
+        bad(
+            "fail-tampered-commitment",
+            "tampered-header",
+            "commitment byte flipped",
+            flip(base.clone(), 140),
+        ),
+        bad(
+            "fail-tampered-segment",
+            "tampered-segment",
+            "ciphertext byte flipped in segment 1",
+            flip(base.clone(), h + full + 500),
+        ),
+        bad(
+            "fail-tampered-tag",
+            "tampered-segment",
+            "last tag byte flipped",
+            flip(base.clone(), base.len() - 1),
+        ),
+        bad(
+            "fail-tampered-prefix",
+            "tampered-segment",
+            "FINAL flag set on segment 0's prefix",
+            set_final(base.clone()),
+        ),
+        bad(
+            "fail-reordered-segments",
+            "tampered-segment",
+            "segments 0 and 1 swapped",
+            swapped,
+        ),
+        bad(
+            "fail-duplicated-segment",
+            "tampered-segment",
+            "segment 0 twice",
+            dup,
+        ),
+        bad(
+            "fail-spliced-segment",
+            "tampered-segment",
+            "segments 1.. from another object",
+            spliced,
+        ),
+        bad(
+            "fail-truncated-mid-segment",
+            "truncated",
+            "body cut inside the last segment",
+            base[..base.len() - 10].to_vec(),
+        ),
+        bad(
+            "fail-truncated-at-boundary",
+            "truncated",
+            "last segment dropped whole",
+            base[..h + 2 * full].to_vec(),
+        ),
+        bad(
+            "fail-trailer-tampered",
+            "tampered-segment",
+            "a byte of the trailer's sealed table flipped",
+            flip(irregular.clone(), irregular.len() - trailer_len + 12),
+        ),
+        bad(
+            "fail-dropped-part-with-trailer",
+            "truncated",
+            "part 3 of 3 dropped, trailer kept",
+            dropped_part,
+        ),
+    ]);
+    let mut moved = bad(
+        "fail-moved-object",
+        "tampered-header",
+        "a valid object read under another key",
+        base.clone(),
+    );
+    moved.key = "dir/renamed.bin";
+    let mut unknown = bad(
+        "fail-unknown-key-id",
+        "unknown-key-id",
+        "the reader holds another key ID",
+        base.clone(),
+    );
+    unknown.key_id = 0x1234;
+    let mut wrong = bad(
+        "fail-wrong-key",
+        "wrong-key",
+        "the reader holds another key under the same ID",
+        base.clone(),
+    );
+    wrong.kek = [0x22; 32];
+    vectors.extend([moved, unknown, wrong]);
+    for v in &vectors {
+        write(dir, v);
+    }
+    println!("wrote {} vectors", vectors.len());
+}
+
+fn trailer_len_of(body: &[u8]) -> usize {
+    let n = body.len();
+    u64::from_be_bytes(body[n - 8..].try_into().unwrap()) as usize
+}
+
+/// Sets the FINAL bit in segment 0's prefix.
+fn set_final(mut b: Vec<u8>) -> Vec<u8> {
+    b[HEADER_SIZE + 4] |= 0x80;
+    b
+}
