@@ -1,1 +1,23 @@
-fn main() {}
+//! `kura`: one binary for every kura job. `main` stays thin: raw arguments from clap, then
+//! the command's own checked configuration, then dispatch.
+
+mod args;
+mod keys;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let args = args::Cli::parse();
+    let result = match args.command {
+        args::Command::Keys(cmd) => keys::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kura: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

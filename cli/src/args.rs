@@ -1,0 +1,86 @@
+//! The command line as clap parses it: raw values, no checks beyond their types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// kura: encrypted, deduplicated backups for Kubernetes, through a transparent S3 gateway.
+#[derive(Parser, Debug)]
+#[command(name = "kura", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Manage key files and decrypt objects offline.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Generate a new key file with one random key.
+    Generate {
+        /// Where to write the key file (refuses to overwrite).
+        #[arg(long)]
+        out: PathBuf,
+        /// Seal the key file under a passphrase (from KURA_KEY_PASSPHRASE, or asked on the terminal).
+        #[arg(long)]
+        passphrase: bool,
+    },
+    /// List the keys in a key file (IDs and key checks; never secrets).
+    List {
+        #[command(flatten)]
+        key_file: KeyFileArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a new random key to a key file and make it the active one.
+    Rotate {
+        #[command(flatten)]
+        key_file: KeyFileArg,
+    },
+    /// Encrypt stdin into a kura object on stdout, as the gateway would store it.
+    Encrypt {
+        #[command(flatten)]
+        key_file: KeyFileArg,
+        #[command(flatten)]
+        object: ObjectArgs,
+        /// Cipher for the object: aes-256-gcm or chacha20-poly1305.
+        #[arg(long, default_value = "aes-256-gcm")]
+        cipher: String,
+    },
+    /// Decrypt an object downloaded straight from the upstream bucket, with nothing else running.
+    Decrypt {
+        #[command(flatten)]
+        key_file: KeyFileArg,
+        #[command(flatten)]
+        object: ObjectArgs,
+        /// Only plaintext bytes A to B (inclusive), as in an HTTP range: `A-B`, `A-` or `-N`.
+        #[arg(long, allow_hyphen_values = true)]
+        range: Option<String>,
+        /// Read the object from this file instead of stdin.
+        #[arg(long, short)]
+        input: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct KeyFileArg {
+    /// The key file. A sealed one asks for its passphrase (or reads KURA_KEY_PASSPHRASE).
+    #[arg(long, env = "KURA_KEY_FILE")]
+    pub key_file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ObjectArgs {
+    /// Bucket the object was written to (through the gateway).
+    #[arg(long)]
+    pub bucket: String,
+    /// Object key the object was written under.
+    #[arg(long)]
+    pub key: String,
+}

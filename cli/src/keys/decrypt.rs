@@ -1,0 +1,142 @@
+//! `kura keys decrypt`: recover an object's plaintext from its body as stored upstream,
+//! with only the key file, the bucket and the key.
+//!
+//! Seekable input (a file, or stdin redirected from one) is read by random access, so a
+//! range reads only its segments. A pipe is read front to back.
+
+use std::fs::File;
+use std::io::{Seek as _, Write as _};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use kura_keys::{BodyOpener, ObjectName, ObjectReader, Transform};
+
+use super::file;
+use crate::args::ObjectArgs;
+
+/// A range as in HTTP: `A-B`, `A-` (to the end) or `-N` (the last N bytes).
+enum Range {
+    FromTo(u64, u64),
+    From(u64),
+    Last(u64),
+}
+
+fn parse_range(s: &str) -> anyhow::Result<Range> {
+    let (a, b) = s
+        .split_once('-')
+        .with_context(|| format!("range {s:?} is not A-B, A- or -N"))?;
+    let num = |x: &str| {
+        x.parse::<u64>()
+            .with_context(|| format!("range {s:?} is not A-B, A- or -N"))
+    };
+    Ok(match (a.is_empty(), b.is_empty()) {
+        (false, false) => Range::FromTo(num(a)?, num(b)?),
+        (false, true) => Range::From(num(a)?),
+        (true, false) => Range::Last(num(b)?),
+        (true, true) => bail!("range {s:?} is not A-B, A- or -N"),
+    })
+}
+
+/// The inclusive byte span of `range` in an object of `size` bytes, as S3 would serve it.
+fn resolve(range: &Range, size: u64) -> anyhow::Result<(u64, u64)> {
+    let span = match *range {
+        Range::FromTo(a, b) if a <= b && a < size => (a, b.min(size - 1)),
+        Range::From(a) if a < size => (a, size - 1),
+        Range::Last(n) if n > 0 && size > 0 => (size - n.min(size), size - 1),
+        _ => bail!("range is not satisfiable for an object of {size} bytes"),
+    };
+    Ok(span)
+}
+
+fn open_input(input: Option<&Path>) -> anyhow::Result<Option<File>> {
+    let path = input.unwrap_or(Path::new("/dev/stdin"));
+    match File::open(path) {
+        Ok(f) if (&f).stream_position().is_ok() && f.metadata().is_ok_and(|m| m.is_file()) => {
+            Ok(Some(f))
+        }
+        Ok(_) if input.is_none() => Ok(None),
+        Ok(_) => bail!("{} is not a regular file", path.display()),
+        Err(_) if input.is_none() => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
+    }
+}
+
+pub fn run(
+    path: &Path,
+    object: &ObjectArgs,
+    range: Option<&str>,
+    input: Option<&Path>,
+) -> anyhow::Result<()> {
+    let range = range.map(parse_range).transpose()?;
+    let loaded = file::load(path)?;
+    let name = ObjectName::new(&object.bucket, &object.key)?;
+    let mut stdout = std::io::stdout().lock();
+    let result = match open_input(input)? {
+        Some(f) => {
+            let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
+            match &range {
+                Some(r) => {
+                    let (a, b) = resolve(r, reader.size())?;
+                    reader.read_range(a, b, &mut stdout)
+                }
+                None => reader.read_all(&mut stdout),
+            }
+        }
+        None => {
+            let keyring = Arc::new(loaded.keyring);
+            let mut opener = BodyOpener::new(keyring, object.bucket.clone(), object.key.clone());
+            match &range {
+                None => kura_keys::pump(&mut std::io::stdin().lock(), &mut opener, &mut stdout),
+                Some(r) => return pipe_range(opener, r, &mut stdout),
+            }
+        }
+    };
+    stdout.flush()?;
+    result.context("decrypting (any output written so far is incomplete: discard it)")
+}
+
+/// A range from a pipe: walk the whole body and keep the requested bytes.
+fn pipe_range(
+    mut opener: BodyOpener,
+    range: &Range,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let (a, b) = match *range {
+        Range::FromTo(a, b) if a <= b => (a, b),
+        Range::From(a) => (a, u64::MAX),
+        Range::FromTo(..) => bail!("range is not satisfiable"),
+        Range::Last(_) => {
+            bail!("a suffix range needs seekable input: redirect stdin from a file or use --input")
+        }
+    };
+    let mut inbuf = vec![0u8; 1 << 18];
+    let mut plain = Vec::new();
+    let mut pos = 0u64;
+    let mut stdin = std::io::stdin().lock();
+    let mut done = false;
+    while !done {
+        let n = std::io::Read::read(&mut stdin, &mut inbuf)?;
+        if n == 0 {
+            opener
+                .finish(&mut plain)
+                .context("decrypting (any output written so far is incomplete: discard it)")?;
+            done = true;
+        } else {
+            opener
+                .update(&inbuf[..n], &mut plain)
+                .context("decrypting")?;
+        }
+        let end = pos + plain.len() as u64;
+        let from = a.clamp(pos, end);
+        let to = b.saturating_add(1).clamp(pos, end);
+        let slice = |x: u64| usize::try_from(x - pos).expect("within the buffer");
+        out.write_all(&plain[slice(from)..slice(to)])?;
+        pos = end;
+        plain.clear();
+    }
+    if a >= pos {
+        bail!("range is not satisfiable for an object of {pos} bytes");
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Loading and saving key files, with the passphrase from the environment or the terminal.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use kura_keys::Keyring;
+use kura_keys::secret::Passphrase;
+
+const PASSPHRASE_ENV: &str = "KURA_KEY_PASSPHRASE";
+
+/// A loaded key file, with the passphrase that sealed it (to seal it again on save).
+pub struct Loaded {
+    pub keyring: Keyring,
+    pub passphrase: Option<Passphrase>,
+}
+
+pub fn passphrase(confirm: bool) -> anyhow::Result<Passphrase> {
+    if let Ok(p) = std::env::var(PASSPHRASE_ENV) {
+        return Ok(Passphrase::new(p));
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("the key file needs a passphrase: set {PASSPHRASE_ENV} or run on a terminal");
+    }
+    let p = rpassword::prompt_password("key file passphrase: ")?;
+    if confirm && rpassword::prompt_password("again: ")? != p {
+        bail!("the passphrases differ");
+    }
+    if p.is_empty() {
+        bail!("empty passphrase");
+    }
+    Ok(Passphrase::new(p))
+}
+
+pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading key file {}", path.display()))?;
+    let sealed = kura_keys::keyfile::is_sealed(&text)
+        .with_context(|| format!("key file {}", path.display()))?;
+    let passphrase = if sealed {
+        Some(passphrase(false)?)
+    } else {
+        None
+    };
+    let keyring = Keyring::from_toml(&text, passphrase.as_ref())
+        .with_context(|| format!("key file {}", path.display()))?;
+    Ok(Loaded {
+        keyring,
+        passphrase,
+    })
+}
+
+/// Writes a key file readable by its owner only. With `replace`, it replaces an existing
+/// file atomically (write beside, then rename); otherwise it refuses to overwrite.
+pub fn save(
+    path: &Path,
+    keyring: &Keyring,
+    passphrase: Option<&Passphrase>,
+    replace: bool,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let text = match passphrase {
+        Some(p) => zeroize::Zeroizing::new(keyring.to_sealed_toml(p)?),
+        None => keyring.to_toml(),
+    };
+    let tmp = path.with_extension("tmp-kura");
+    let target = if replace { tmp.as_path() } else { path };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(target)
+        .with_context(|| format!("creating {}", target.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    if replace {
+        std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}

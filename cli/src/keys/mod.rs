@@ -1,0 +1,34 @@
+//! `kura keys ...`: key files and offline encryption and decryption. One file per command.
+
+mod decrypt;
+mod encrypt;
+mod file;
+mod generate;
+mod list;
+mod rotate;
+
+use crate::args::KeysCommand;
+
+pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
+    match cmd {
+        KeysCommand::Generate { out, passphrase } => generate::run(&out, passphrase),
+        KeysCommand::List { key_file, json } => list::run(&key_file.key_file, json),
+        KeysCommand::Rotate { key_file } => rotate::run(&key_file.key_file),
+        KeysCommand::Encrypt {
+            key_file,
+            object,
+            cipher,
+        } => encrypt::run(&key_file.key_file, &object, &cipher),
+        KeysCommand::Decrypt {
+            key_file,
+            object,
+            range,
+            input,
+        } => decrypt::run(
+            &key_file.key_file,
+            &object,
+            range.as_deref(),
+            input.as_deref(),
+        ),
+    }
+}

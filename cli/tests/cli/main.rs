@@ -1,0 +1,3 @@
+//! The `kura` binary end to end: one test binary, a module per command family.
+
+mod keys;
