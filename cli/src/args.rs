@@ -26,7 +26,7 @@ pub enum KeysCommand {
         /// Where to write the key file (refuses to overwrite).
         #[arg(long)]
         out: PathBuf,
-        /// Seal the key file under a passphrase (from KURA_KEY_PASSPHRASE, or asked on the terminal).
+        /// Seal the key file under a passphrase (from `KURA_KEY_PASSPHRASE`, or asked on the terminal).
         #[arg(long)]
         passphrase: bool,
     },
@@ -70,7 +70,7 @@ pub enum KeysCommand {
 
 #[derive(Args, Debug)]
 pub struct KeyFileArg {
-    /// The key file. A sealed one asks for its passphrase (or reads KURA_KEY_PASSPHRASE).
+    /// The key file. A sealed one asks for its passphrase (or reads `KURA_KEY_PASSPHRASE`).
     #[arg(long, env = "KURA_KEY_FILE")]
     pub key_file: PathBuf,
 }

@@ -1,8 +1,8 @@
 //! The two AEADs of SPEC 4, behind one type, on ring's implementations.
 //!
 //! ring is the backend because it reaches the throughput target on this machine class in a
-//! default build (NOTES.md 6: about 4 GB/s per core for AES-256-GCM at 64 KiB segments,
-//! where RustCrypto's `aes-gcm` needs target CPU features to get near it).
+//! default build (`NOTES.md` 6: about 4 GB/s per core for AES-256-GCM at 64 KiB segments,
+//! where the `RustCrypto` crate `aes-gcm` needs target CPU features to get near it).
 
 use ring::aead::{AES_256_GCM, Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 

@@ -65,7 +65,7 @@ impl ObjectSecrets {
     }
 
     /// Rebuilds secrets from [`ObjectSecrets::to_bytes`] (the gateway carries them, sealed,
-    /// from CreateMultipartUpload to each UploadPart).
+    /// from `CreateMultipartUpload` to each `UploadPart`).
     #[must_use]
     pub fn from_bytes(bytes: &[u8; OBJECT_SECRETS_SIZE]) -> Self {
         let mut dk = [0u8; KEY_SIZE];
@@ -191,11 +191,8 @@ impl Header {
         }
         let cipher = Cipher::from_id(bytes[OFF_CIPHER])
             .ok_or(Error::UnsupportedCipher(bytes[OFF_CIPHER]))?;
-        let bytes: [u8; HEADER_SIZE] = bytes
-            .get(..HEADER_SIZE)
-            .ok_or(Error::Truncated)?
-            .try_into()
-            .expect("length checked");
+        let bytes: [u8; HEADER_SIZE] =
+            *bytes.first_chunk::<HEADER_SIZE>().ok_or(Error::Truncated)?;
         if bytes[OFF_RESERVED..OFF_KEY_ID] != [0, 0] {
             return Err(Error::Malformed("reserved header bytes are not zero"));
         }
@@ -211,21 +208,16 @@ impl Header {
     /// The ID of the key that wraps this object's data key.
     #[must_use]
     pub fn key_id(&self) -> KeyId {
-        KeyId(u64::from_be_bytes(
-            self.bytes[OFF_KEY_ID..OFF_PART_SIZE]
-                .try_into()
-                .expect("8 bytes"),
-        ))
+        KeyId(u64::from_be_bytes(crate::be::array_at(
+            &self.bytes,
+            OFF_KEY_ID,
+        )))
     }
 
     /// `P` of SPEC 6.2 (unauthenticated until verified).
     #[must_use]
     pub fn part_size(&self) -> u64 {
-        u64::from_be_bytes(
-            self.bytes[OFF_PART_SIZE..OFF_SALT]
-                .try_into()
-                .expect("8 bytes"),
-        )
+        u64::from_be_bytes(crate::be::array_at(&self.bytes, OFF_PART_SIZE))
     }
 
     /// The raw header bytes.
@@ -248,12 +240,8 @@ impl Header {
         ) {
             return Err(Error::WrongKey(id));
         }
-        let salt: [u8; SALT_SIZE] = self.bytes[OFF_SALT..OFF_KEY_CHECK]
-            .try_into()
-            .expect("32 bytes");
-        let nonce: [u8; NONCE_SIZE] = self.bytes[OFF_WRAP_NONCE..OFF_WRAPPED]
-            .try_into()
-            .expect("12 bytes");
+        let salt: [u8; SALT_SIZE] = crate::be::array_at(&self.bytes, OFF_SALT);
+        let nonce: [u8; NONCE_SIZE] = crate::be::array_at(&self.bytes, OFF_WRAP_NONCE);
         let wrap = AeadKey::new(self.cipher, &kdf::wrap_key(entry.kek(), &salt, name));
         let mut wrapped = zeroize::Zeroizing::new(self.bytes[OFF_WRAPPED..OFF_COMMITMENT].to_vec());
         let dk = wrap

@@ -106,8 +106,10 @@ impl Keyring {
     }
 
     /// The unsealed key file text. It holds every secret: write it only where the key file goes.
-    #[must_use]
-    pub fn to_toml(&self) -> Zeroizing<String> {
+    ///
+    /// # Errors
+    /// [`Error::KeyFile`] if serialization fails.
+    pub fn to_toml(&self) -> Result<Zeroizing<String>> {
         let file = FileToml {
             version: 1,
             active: Some(self.active().id.to_string()),
@@ -121,15 +123,16 @@ impl Keyring {
                 .collect(),
             sealed: None,
         };
-        let text = toml::to_string(&file).expect("key file structures always serialize");
+        let text = Zeroizing::new(toml::to_string(&file).map_err(|e| bad(e.to_string()))?);
         // The serialized structure held base64 copies of the secrets; they drop here unzeroized
         // inside `file`, so scrub them explicitly.
         for mut k in file.keys {
             zeroize::Zeroize::zeroize(&mut k.secret);
         }
-        Zeroizing::new(format!(
-            "# kura key file: back it up. Without it the data cannot be decrypted.\n{text}"
-        ))
+        Ok(Zeroizing::new(format!(
+            "# kura key file: back it up. Without it the data cannot be decrypted.\n{}",
+            *text
+        )))
     }
 
     /// The key file text sealed under `passphrase` with Argon2id and ChaCha20-Poly1305.
@@ -142,7 +145,7 @@ impl Keyring {
         let mut nonce = [0u8; NONCE_SIZE];
         crate::rand::fill(&mut nonce)?;
         let key = derive(passphrase, &salt, M_COST_KIB, T_COST, P_COST)?;
-        let mut buf = self.to_toml().as_bytes().to_vec();
+        let mut buf = self.to_toml()?.as_bytes().to_vec();
         AeadKey::new(Cipher::ChaCha20Poly1305, &key).seal_append(
             nonce,
             label::KEYFILE,
@@ -163,7 +166,7 @@ impl Keyring {
                 ciphertext: B64.encode(&buf),
             }),
         };
-        let text = toml::to_string(&file).expect("key file structures always serialize");
+        let text = toml::to_string(&file).map_err(|e| bad(e.to_string()))?;
         Ok(format!(
             "# kura key file, sealed with a passphrase: back it up, and the passphrase too.\n{text}"
         ))

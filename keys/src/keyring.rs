@@ -84,7 +84,8 @@ impl KeyEntry {
 /// The keys an operator holds. No `Debug`: it holds secrets.
 pub struct Keyring {
     keys: Vec<KeyEntry>,
-    active: KeyId,
+    /// Index of the active key in `keys`.
+    active: usize,
 }
 
 impl Keyring {
@@ -94,10 +95,9 @@ impl Keyring {
     /// [`Error::Random`] if the system generator fails.
     pub fn generate(created: String) -> Result<Self> {
         let entry = KeyEntry::new(KeyId::generate()?, created, Kek::generate()?);
-        let active = entry.id;
         Ok(Self {
             keys: vec![entry],
-            active,
+            active: 0,
         })
     }
 
@@ -111,11 +111,11 @@ impl Keyring {
                 return Err(Error::KeyFile(format!("key {} appears twice", k.id)));
             }
         }
-        if !keys.iter().any(|k| k.id == active) {
+        let Some(active) = keys.iter().position(|k| k.id == active) else {
             return Err(Error::KeyFile(format!(
                 "active key {active} is not in the key file"
             )));
-        }
+        };
         Ok(Self { keys, active })
     }
 
@@ -129,15 +129,14 @@ impl Keyring {
             id = KeyId::generate()?;
         }
         self.keys.push(KeyEntry::new(id, created, Kek::generate()?));
-        self.active = id;
+        self.active = self.keys.len() - 1;
         Ok(id)
     }
 
     /// The key new objects are written with.
     #[must_use]
     pub fn active(&self) -> &KeyEntry {
-        self.get(self.active)
-            .expect("constructors keep the active key in the ring")
+        &self.keys[self.active]
     }
 
     /// The key with this ID, if held.

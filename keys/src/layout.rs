@@ -176,7 +176,7 @@ impl Layout {
                     return None;
                 }
                 let g = offset / SEG;
-                Some(self.regular_segment(*size, *part_size, g))
+                Some(Self::regular_segment(*size, *part_size, g))
             }
             Layout::Table(parts) => {
                 let (mut pt, mut ct) = (0u64, HEADER);
@@ -204,7 +204,7 @@ impl Layout {
         }
     }
 
-    fn regular_segment(&self, size: u64, part_size: u64, g: u64) -> SegmentPos {
+    fn regular_segment(size: u64, part_size: u64, g: u64) -> SegmentPos {
         let last_g = segments_in(size) - 1;
         let (part, index, last) = if part_size == 0 {
             (1, g, g == last_g)
@@ -236,8 +236,10 @@ impl Layout {
         if start > end || end >= size {
             return Err(Error::RangeNotSatisfiable { start, end, size });
         }
-        let first = self.locate(start).expect("start < size");
-        let last = self.locate(end).expect("end < size");
+        let not_found = Error::RangeNotSatisfiable { start, end, size };
+        let (Some(first), Some(last)) = (self.locate(start), self.locate(end)) else {
+            return Err(not_found);
+        };
         Ok((
             first,
             first.ciphertext_offset,
@@ -246,9 +248,9 @@ impl Layout {
     }
 }
 
-fn table_segment(p: &PartInfo, part_pt: u64, part_ct: u64, index: u64) -> SegmentPos {
+fn table_segment(p: &PartInfo, part_start: u64, part_ct: u64, index: u64) -> SegmentPos {
     let count = segments_in(p.len);
-    let plaintext_offset = part_pt + index * SEG;
+    let plaintext_offset = part_start + index * SEG;
     SegmentPos {
         id: SegmentId {
             part: p.number,
@@ -256,7 +258,7 @@ fn table_segment(p: &PartInfo, part_pt: u64, part_ct: u64, index: u64) -> Segmen
             last: index == count - 1,
         },
         plaintext_offset,
-        plaintext_len: (part_pt + p.len - plaintext_offset).min(SEG),
+        plaintext_len: (part_start + p.len - plaintext_offset).min(SEG),
         ciphertext_offset: part_ct + index * FULL,
     }
 }

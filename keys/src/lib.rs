@@ -16,6 +16,7 @@
 //! Every sealer and opener holds at most one segment (or one trailer) of state, so memory
 //! does not grow with object size.
 
+mod be;
 pub mod cipher;
 mod error;
 pub mod format;

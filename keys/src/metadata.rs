@@ -79,7 +79,7 @@ impl ObjectSecrets {
         if buf.len() < NONCE_SIZE {
             return Err(Error::TamperedHeader);
         }
-        let nonce: [u8; NONCE_SIZE] = buf[..NONCE_SIZE].try_into().expect("12 bytes");
+        let nonce: [u8; NONCE_SIZE] = crate::be::array_at(&buf, 0);
         let plain = self
             .metadata_key(cipher)
             .open(nonce, label::METADATA, &mut buf[NONCE_SIZE..])

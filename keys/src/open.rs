@@ -171,12 +171,11 @@ impl BodyOpener {
             .aead
             .open(id.nonce(), &unit[..SEGMENT_PREFIX_SIZE], &mut out[start..])
             .map(|p| p.len());
-        match opened {
-            Ok(n) => out.truncate(start + n),
-            Err(_) => {
-                out.truncate(start);
-                return Err(id.tampered());
-            }
+        if let Ok(n) = opened {
+            out.truncate(start + n);
+        } else {
+            out.truncate(start);
+            return Err(id.tampered());
         }
         if last && len == 0 && index != 0 {
             return Err(Error::Malformed("empty final segment after other segments"));
@@ -197,7 +196,7 @@ impl BodyOpener {
     fn step(&mut self, input: &mut &[u8], out: &mut Vec<u8>) -> Result<()> {
         // A whole unit in the input: open it from there, without copying it into `buf`.
         if self.buf.is_empty() && self.need.is_none() && input.len() >= SEGMENT_PREFIX_SIZE {
-            let prefix = parse_prefix(input[..SEGMENT_PREFIX_SIZE].try_into().expect("8 bytes"))?;
+            let prefix = parse_prefix(crate::be::array_at(input, 0))?;
             let len = self.admit(prefix)?;
             if len == 0 {
                 return self.begin_trailer(input);
@@ -220,8 +219,7 @@ impl BodyOpener {
         let (prefix, len) = if let Some(n) = self.need {
             n
         } else {
-            let prefix =
-                parse_prefix(self.buf[..SEGMENT_PREFIX_SIZE].try_into().expect("8 bytes"))?;
+            let prefix = parse_prefix(crate::be::array_at(&self.buf, 0))?;
             let len = self.admit(prefix)?;
             if len == 0 {
                 return self.begin_trailer(input);

@@ -34,7 +34,8 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
     /// [`Error::RangeNotSatisfiable`] for a range outside the object.
     pub fn new(key: K, layout: Layout, start: u64, end: u64) -> Result<(Self, CiphertextRange)> {
         let (first, ct_start, ct_end) = layout.ciphertext_range(start, end)?;
-        let skip = usize::try_from(start - first.plaintext_offset).expect("within one segment");
+        let skip = usize::try_from(start - first.plaintext_offset)
+            .map_err(|_| Error::Malformed("range start outside its segment"))?;
         let opener = Self {
             key,
             layout,

@@ -50,7 +50,11 @@ impl<R: Read + Seek> ObjectReader<R> {
                 let mut last8 = [0u8; 8];
                 read_exact_at(&mut src, body_len - 8, &mut last8)?;
                 let len = trailer::trailer_len(&last8, body_len)?;
-                let mut t = vec![0u8; usize::try_from(len).expect("bounded by MAX_TRAILER_LEN")];
+                let mut t = vec![
+                    0u8;
+                    usize::try_from(len)
+                        .map_err(|_| Error::Malformed("trailer length"))?
+                ];
                 read_exact_at(&mut src, body_len - len, &mut t)?;
                 let layout = trailer::decode(&key, &t)?;
                 trailer::check_fits(&layout, len, body_len)?;

@@ -54,9 +54,9 @@ pub(crate) fn encode_prefix(part: u32, last: bool, len: usize) -> [u8; SEGMENT_P
 }
 
 /// Parses and checks the structural rules of a prefix (lengths and part number ranges).
-pub(crate) fn parse_prefix(p: &[u8; SEGMENT_PREFIX_SIZE]) -> Result<Prefix> {
-    let part = u32::from_be_bytes(p[..4].try_into().expect("4 bytes"));
-    let word = u32::from_be_bytes(p[4..].try_into().expect("4 bytes"));
+pub(crate) fn parse_prefix(p: [u8; SEGMENT_PREFIX_SIZE]) -> Result<Prefix> {
+    let part = crate::be::u32_at(&p, 0);
+    let word = crate::be::u32_at(&p, 4);
     if part == TRAILER_MARKER {
         return Ok(Prefix::Trailer {
             table_len: word as usize,
@@ -91,7 +91,7 @@ pub(crate) fn open_in_place<'a>(
 ) -> Result<&'a mut [u8]> {
     let (prefix, body) = segment.split_at_mut(SEGMENT_PREFIX_SIZE);
     let prefix: [u8; SEGMENT_PREFIX_SIZE] = (&*prefix).try_into().expect("split at prefix size");
-    match parse_prefix(&prefix) {
+    match parse_prefix(prefix) {
         Ok(Prefix::Segment { part, last, len })
             if part == id.part
                 && last == id.last

@@ -1,6 +1,8 @@
 //! The trailer of irregular layouts (SPEC 5.3): writing it and reading it back.
 
-use crate::format::{HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE, TRAILER_MARKER, TRAILER_NONCE};
+use crate::format::{
+    FULL_SEGMENT_SIZE, HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE, TRAILER_MARKER, TRAILER_NONCE,
+};
 use crate::header::PayloadKey;
 use crate::layout::{Layout, PartInfo, trailer_padding};
 use crate::{Error, Result};
@@ -23,41 +25,33 @@ fn tampered() -> Error {
 }
 
 /// The trailer for a body whose parts (header included) are `body_len` bytes long.
-#[must_use]
-pub fn encode(key: &PayloadKey, parts: &[PartInfo], body_len: u64) -> Vec<u8> {
+///
+/// # Errors
+/// [`Error::Malformed`] for a table that [`Layout::table`] would reject.
+pub fn encode(key: &PayloadKey, parts: &[PartInfo], body_len: u64) -> Result<Vec<u8>> {
+    Layout::table(parts.to_vec())?;
+    if body_len < HEADER_SIZE as u64 {
+        return Err(Error::Malformed("a body is at least a header long"));
+    }
+    let too_long = |_| Error::Malformed("layout table too long");
     let mut table = Vec::with_capacity(4 + ENTRY_SIZE * parts.len());
-    table.extend_from_slice(
-        &u32::try_from(parts.len())
-            .expect("at most 10000 parts")
-            .to_be_bytes(),
-    );
+    table.extend_from_slice(&u32::try_from(parts.len()).map_err(too_long)?.to_be_bytes());
     for p in parts {
         table.extend_from_slice(&p.number.to_be_bytes());
         table.extend_from_slice(&p.len.to_be_bytes());
     }
-    let mut out = Vec::with_capacity(
-        SEGMENT_PREFIX_SIZE + table.len() + TAG_SIZE + crate::format::FULL_SEGMENT_SIZE,
-    );
+    let mut out = Vec::with_capacity(MAX_TRAILER_LEN.min(table.len() + 2 * FULL_SEGMENT_SIZE));
     out.extend_from_slice(&TRAILER_MARKER.to_be_bytes());
-    out.extend_from_slice(
-        &u32::try_from(table.len())
-            .expect("table fits")
-            .to_be_bytes(),
-    );
+    out.extend_from_slice(&u32::try_from(table.len()).map_err(too_long)?.to_be_bytes());
+    let aad: [u8; SEGMENT_PREFIX_SIZE] = crate::be::array_at(&out, 0);
     let start = out.len();
     out.extend_from_slice(&table);
-    let (head, _) = out.split_at(SEGMENT_PREFIX_SIZE);
-    let aad: [u8; SEGMENT_PREFIX_SIZE] = head.try_into().expect("prefix");
     key.aead.seal_append(TRAILER_NONCE, &aad, &mut out, start);
-    let before_padding = body_len + out.len() as u64 + LEN_FIELD as u64;
-    let padding = trailer_padding(before_padding);
-    out.resize(
-        out.len() + usize::try_from(padding).expect("padding < 64 KiB"),
-        0,
-    );
-    let total = out.len() as u64 + LEN_FIELD as u64;
+    let padding = trailer_padding(body_len + (out.len() + LEN_FIELD) as u64);
+    out.resize(out.len() + usize::try_from(padding).map_err(too_long)?, 0);
+    let total = (out.len() + LEN_FIELD) as u64;
     out.extend_from_slice(&total.to_be_bytes());
-    out
+    Ok(out)
 }
 
 /// Reads `trailer_len` from the last 8 bytes of a body.
@@ -86,14 +80,16 @@ pub fn decode(key: &PayloadKey, trailer: &[u8]) -> Result<Layout> {
     if trailer.len() < SEGMENT_PREFIX_SIZE + LEN_FIELD {
         return Err(Error::Truncated);
     }
-    let marker = u32::from_be_bytes(trailer[..4].try_into().expect("4"));
-    let table_len = u32::from_be_bytes(trailer[4..8].try_into().expect("4")) as usize;
-    let declared = u64::from_be_bytes(trailer[trailer.len() - LEN_FIELD..].try_into().expect("8"));
+    let marker = crate::be::u32_at(trailer, 0);
+    let table_len = crate::be::u32_at(trailer, 4) as usize;
+    let declared = crate::be::u64_at(trailer, trailer.len() - LEN_FIELD);
     if marker != TRAILER_MARKER || declared != trailer.len() as u64 {
         return Err(Error::Malformed("trailer framing"));
     }
     let sealed_end = SEGMENT_PREFIX_SIZE + table_len + TAG_SIZE;
-    if table_len < 4 || (table_len - 4) % ENTRY_SIZE != 0 || sealed_end + LEN_FIELD > trailer.len()
+    if table_len < 4
+        || !(table_len - 4).is_multiple_of(ENTRY_SIZE)
+        || sealed_end + LEN_FIELD > trailer.len()
     {
         return Err(Error::Malformed("trailer table length"));
     }
@@ -103,21 +99,21 @@ pub fn decode(key: &PayloadKey, trailer: &[u8]) -> Result<Layout> {
     {
         return Err(tampered());
     }
-    let aad: [u8; SEGMENT_PREFIX_SIZE] = trailer[..SEGMENT_PREFIX_SIZE].try_into().expect("8");
+    let aad: [u8; SEGMENT_PREFIX_SIZE] = crate::be::array_at(trailer, 0);
     let mut sealed = trailer[SEGMENT_PREFIX_SIZE..sealed_end].to_vec();
     let table = key
         .aead
         .open(TRAILER_NONCE, &aad, &mut sealed)
         .map_err(|_| tampered())?;
-    let count = u32::from_be_bytes(table[..4].try_into().expect("4")) as usize;
+    let count = crate::be::u32_at(table, 0) as usize;
     if count * ENTRY_SIZE + 4 != table.len() {
         return Err(tampered());
     }
     let parts = table[4..]
         .chunks_exact(ENTRY_SIZE)
         .map(|e| PartInfo {
-            number: u32::from_be_bytes(e[..4].try_into().expect("4")),
-            len: u64::from_be_bytes(e[4..].try_into().expect("8")),
+            number: crate::be::u32_at(e, 0),
+            len: crate::be::u64_at(e, 4),
         })
         .collect();
     Layout::table(parts)

@@ -1,6 +1,11 @@
 //! Property tests: round trips for random sizes, layouts and ranges; any flipped bit and
 //! any truncation fails.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "sizes in these tests are a few hundred KiB"
+)]
+
 mod common;
 
 use std::io::Cursor;

@@ -51,13 +51,16 @@ fn resolve(range: &Range, size: u64) -> anyhow::Result<(u64, u64)> {
 
 fn open_input(input: Option<&Path>) -> anyhow::Result<Option<File>> {
     let path = input.unwrap_or(Path::new("/dev/stdin"));
-    match File::open(path) {
-        Ok(f) if (&f).stream_position().is_ok() && f.metadata().is_ok_and(|m| m.is_file()) => {
-            Ok(Some(f))
-        }
-        Ok(_) if input.is_none() => Ok(None),
+    let opened = File::open(path);
+    let seekable = |f: &File| {
+        let mut f = f;
+        f.stream_position().is_ok() && f.metadata().is_ok_and(|m| m.is_file())
+    };
+    match opened {
+        Ok(f) if seekable(&f) => Ok(Some(f)),
+        // stdin that is a pipe (or unopenable by path) is read front to back.
+        _ if input.is_none() => Ok(None),
         Ok(_) => bail!("{} is not a regular file", path.display()),
-        Err(_) if input.is_none() => Ok(None),
         Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
     }
 }
@@ -72,25 +75,21 @@ pub fn run(
     let loaded = file::load(path)?;
     let name = ObjectName::new(&object.bucket, &object.key)?;
     let mut stdout = std::io::stdout().lock();
-    let result = match open_input(input)? {
-        Some(f) => {
-            let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
-            match &range {
-                Some(r) => {
-                    let (a, b) = resolve(r, reader.size())?;
-                    reader.read_range(a, b, &mut stdout)
-                }
-                None => reader.read_all(&mut stdout),
-            }
+    let result = if let Some(f) = open_input(input)? {
+        let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
+        if let Some(r) = &range {
+            let (a, b) = resolve(r, reader.size())?;
+            reader.read_range(a, b, &mut stdout)
+        } else {
+            reader.read_all(&mut stdout)
         }
-        None => {
-            let keyring = Arc::new(loaded.keyring);
-            let mut opener = BodyOpener::new(keyring, object.bucket.clone(), object.key.clone());
-            match &range {
-                None => kura_keys::pump(&mut std::io::stdin().lock(), &mut opener, &mut stdout),
-                Some(r) => return pipe_range(opener, r, &mut stdout),
-            }
+    } else {
+        let keyring = Arc::new(loaded.keyring);
+        let mut opener = BodyOpener::new(keyring, object.bucket.clone(), object.key.clone());
+        if let Some(r) = &range {
+            return pipe_range(opener, r, &mut stdout);
         }
+        kura_keys::pump(&mut std::io::stdin().lock(), &mut opener, &mut stdout)
     };
     stdout.flush()?;
     result.context("decrypting (any output written so far is incomplete: discard it)")

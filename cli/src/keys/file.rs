@@ -61,7 +61,7 @@ pub fn save(
     use std::os::unix::fs::OpenOptionsExt as _;
     let text = match passphrase {
         Some(p) => zeroize::Zeroizing::new(keyring.to_sealed_toml(p)?),
-        None => keyring.to_toml(),
+        None => keyring.to_toml()?,
     };
     let tmp = path.with_extension("tmp-kura");
     let target = if replace { tmp.as_path() } else { path };

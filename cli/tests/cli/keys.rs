@@ -37,7 +37,9 @@ fn kura_file_stdin(args: &[&str], stdin: &Path) -> Output {
 }
 
 fn data(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+    (0..len)
+        .map(|i| (i * 7 + i / 251).to_le_bytes()[0])
+        .collect()
 }
 
 fn generate(dir: &Path) -> PathBuf {

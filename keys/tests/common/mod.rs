@@ -71,7 +71,7 @@ pub fn seal_multipart(
                 len: d.len() as u64,
             })
             .collect();
-        let t = trailer::encode(&pk, &table, body.len() as u64);
+        let t = trailer::encode(&pk, &table, body.len() as u64).unwrap();
         body.extend_from_slice(&t);
     }
     body
