@@ -64,7 +64,7 @@ fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) 
             s.header_for_vectors(&kr, &name, cipher, p, [seed; 12])
         });
         body.extend(
-            PartSealer::new(pk.clone(), *n, header)
+            PartSealer::for_vectors(&pk, *n, header, [seed.wrapping_add(*n as u8); 8])
                 .unwrap()
                 .run(data)
                 .unwrap(),
@@ -78,7 +78,7 @@ fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) 
                 len: d.len() as u64,
             })
             .collect();
-        let t = trailer::encode(&pk, &table, body.len() as u64).unwrap();
+        let t = trailer::encode_for_vectors(&pk, &table, body.len() as u64, [seed; 12]).unwrap();
         body.extend(t);
     }
     body

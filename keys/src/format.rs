@@ -8,8 +8,10 @@ pub const VERSION: u8 = 0x01;
 pub const HEADER_SIZE: usize = 164;
 /// `SEGMENT_SIZE`: plaintext bytes in every segment but the last of a part (SPEC 5.2).
 pub const SEGMENT_SIZE: usize = 65_536;
-/// `SEGMENT_PREFIX_SIZE`: the clear, authenticated part number and length (SPEC 5.2).
-pub const SEGMENT_PREFIX_SIZE: usize = 8;
+/// `SEGMENT_PREFIX_SIZE`: the clear, authenticated part number, length and part nonce (SPEC 5.2).
+pub const SEGMENT_PREFIX_SIZE: usize = 16;
+/// Length of the part nonce `R` in every segment prefix (SPEC 5.2).
+pub const PART_NONCE_SIZE: usize = 8;
 /// `TAG_SIZE`: AEAD tag length of both ciphers (SPEC 4).
 pub const TAG_SIZE: usize = 16;
 /// `SEGMENT_OVERHEAD`: ciphertext bytes a segment adds to its plaintext (SPEC 5.2).
@@ -18,12 +20,14 @@ pub const SEGMENT_OVERHEAD: usize = SEGMENT_PREFIX_SIZE + TAG_SIZE;
 pub const FULL_SEGMENT_SIZE: usize = SEGMENT_SIZE + SEGMENT_OVERHEAD;
 /// `MAX_PART_NUMBER`: the highest part number a body may hold, as in S3 (SPEC 5.2).
 pub const MAX_PART_NUMBER: u32 = 10_000;
+/// `MAX_PART_SIZE`: the largest part a trailer table may list, as in S3 (SPEC 5.3).
+pub const MAX_PART_SIZE: u64 = 5 << 30;
 /// `FINAL` bit of a segment prefix's `flags_len` word (SPEC 5.2).
 pub const FINAL_FLAG: u32 = 0x8000_0000;
 /// Part number field value that starts a trailer instead of a segment (SPEC 5.3).
 pub const TRAILER_MARKER: u32 = 0xFFFF_FFFF;
-/// `TRAILER_NONCE` (SPEC 5.3).
-pub const TRAILER_NONCE: [u8; 12] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0x02];
+/// Bytes of a trailer before its sealed table: marker, table length, nonce (SPEC 5.3).
+pub const TRAILER_HEAD_SIZE: usize = 8 + NONCE_SIZE;
 /// `TRAILER_RESIDUE`: what a trailer's padding makes `(C - HEADER_SIZE) mod FULL_SEGMENT_SIZE` (SPEC 5.3).
 pub const TRAILER_RESIDUE: u64 = 1;
 /// Key length of every key in the format (SPEC 3).
@@ -45,8 +49,10 @@ pub mod label {
     pub const WRAP: &[u8] = b"kura/v1/wrap";
     /// `COMMITMENT` expansion.
     pub const COMMIT: &[u8] = b"kura/v1/commit";
-    /// Payload key expansion.
-    pub const PAYLOAD: &[u8] = b"kura/v1/payload";
+    /// Part key expansion; part number and part nonce follow.
+    pub const PART: &[u8] = b"kura/v1/part";
+    /// Trailer key expansion.
+    pub const TRAILER: &[u8] = b"kura/v1/trailer";
     /// Metadata key expansion, also the sealed metadata's associated data.
     pub const METADATA: &[u8] = b"kura/v1/metadata";
     /// Associated data of a passphrase-sealed key file.

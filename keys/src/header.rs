@@ -8,8 +8,8 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::cipher::{AeadKey, Cipher};
 use crate::format::{
     HEADER_SIZE, KEY_SIZE, MAGIC, NONCE_SIZE, OFF_CIPHER, OFF_COMMITMENT, OFF_KEY_CHECK,
-    OFF_KEY_ID, OFF_PART_SIZE, OFF_RESERVED, OFF_SALT, OFF_WRAP_NONCE, OFF_WRAPPED, SALT_SIZE,
-    VERSION,
+    OFF_KEY_ID, OFF_PART_SIZE, OFF_RESERVED, OFF_SALT, OFF_WRAP_NONCE, OFF_WRAPPED,
+    PART_NONCE_SIZE, SALT_SIZE, VERSION,
 };
 use crate::kdf;
 use crate::keyring::{KeyId, Keyring};
@@ -89,18 +89,23 @@ impl ObjectSecrets {
         out
     }
 
-    /// The key that seals and opens this object's segments and trailer.
+    /// The keys that seal and open this object's parts and trailer.
     #[must_use]
     pub fn payload_key(&self, cipher: Cipher) -> PayloadKey {
-        let derived = kdf::from_data_key(&self.dk, &self.salt);
-        PayloadKey {
-            cipher,
-            aead: AeadKey::new(cipher, &derived.payload),
-        }
+        PayloadKey::new(cipher, kdf::DataPrk::extract(&self.dk, &self.salt))
     }
 
     pub(crate) fn metadata_key(&self, cipher: Cipher) -> AeadKey {
-        AeadKey::new(cipher, &kdf::from_data_key(&self.dk, &self.salt).metadata)
+        AeadKey::new(
+            cipher,
+            &kdf::DataPrk::extract(&self.dk, &self.salt).metadata_key(),
+        )
+    }
+
+    /// `COMMITMENT` of these secrets (SPEC 3): equal for every header of one object.
+    #[must_use]
+    pub fn commitment(&self) -> [u8; KEY_SIZE] {
+        kdf::DataPrk::extract(&self.dk, &self.salt).commitment()
     }
 
     /// Writes the header of an object with these secrets, wrapped under the keyring's
@@ -159,7 +164,7 @@ impl ObjectSecrets {
         sealed.extend_from_slice(self.dk.expose());
         wrap.seal_append(nonce, &h[..OFF_WRAPPED], &mut sealed, 0);
         h[OFF_WRAPPED..OFF_COMMITMENT].copy_from_slice(&sealed);
-        h[OFF_COMMITMENT..].copy_from_slice(&kdf::from_data_key(&self.dk, &self.salt).commitment);
+        h[OFF_COMMITMENT..].copy_from_slice(&self.commitment());
         h
     }
 }
@@ -179,18 +184,16 @@ impl Header {
     /// `Malformed`, `UnsupportedVersion`, `UnsupportedCipher` or `Truncated`, in the order of
     /// SPEC 5.1.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() < 6 || bytes[..4] != MAGIC {
-            return Err(if bytes.len() < 6 && MAGIC.starts_with(bytes) {
-                Error::Truncated
-            } else {
-                Error::Malformed("not a kura object (bad magic)")
-            });
+        let n = bytes.len().min(MAGIC.len());
+        if bytes[..n] != MAGIC[..n] {
+            return Err(Error::Malformed("not a kura object (bad magic)"));
         }
-        if bytes[4] != VERSION {
-            return Err(Error::UnsupportedVersion(bytes[4]));
+        let version = *bytes.get(MAGIC.len()).ok_or(Error::Truncated)?;
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion(version));
         }
-        let cipher = Cipher::from_id(bytes[OFF_CIPHER])
-            .ok_or(Error::UnsupportedCipher(bytes[OFF_CIPHER]))?;
+        let id = *bytes.get(OFF_CIPHER).ok_or(Error::Truncated)?;
+        let cipher = Cipher::from_id(id).ok_or(Error::UnsupportedCipher(id))?;
         let bytes: [u8; HEADER_SIZE] =
             *bytes.first_chunk::<HEADER_SIZE>().ok_or(Error::Truncated)?;
         if bytes[OFF_RESERVED..OFF_KEY_ID] != [0, 0] {
@@ -252,14 +255,12 @@ impl Header {
             dk: DataKey::from_bytes(dk),
             salt,
         };
-        let derived = kdf::from_data_key(&secrets.dk, &secrets.salt);
-        if !bool::from(derived.commitment.ct_eq(&self.bytes[OFF_COMMITMENT..])) {
+        // SPEC 5.1 step 6 comes before any other key is derived from the DK.
+        let prk = kdf::DataPrk::extract(&secrets.dk, &secrets.salt);
+        if !bool::from(prk.commitment().ct_eq(&self.bytes[OFF_COMMITMENT..])) {
             return Err(Error::TamperedHeader);
         }
-        let payload = PayloadKey {
-            cipher: self.cipher,
-            aead: AeadKey::new(self.cipher, &derived.payload),
-        };
+        let payload = PayloadKey::new(self.cipher, prk);
         Ok(VerifiedHeader {
             header: self,
             secrets,
@@ -311,23 +312,43 @@ impl VerifiedHeader {
     }
 }
 
-/// The AEAD key of an object's segments and trailer. Exists only for a verified header or
-/// for a writer holding the object's secrets.
+/// The keys of an object's parts and trailer. Exists only for a verified header or for a
+/// writer holding the object's secrets.
 pub struct PayloadKey {
     pub(crate) cipher: Cipher,
-    pub(crate) aead: AeadKey,
+    prk: kdf::DataPrk,
+    trailer: AeadKey,
 }
 
 impl PayloadKey {
-    /// A second handle on the same key, for a second reader of the same object.
-    pub(crate) fn duplicate(&self) -> Self {
+    fn new(cipher: Cipher, prk: kdf::DataPrk) -> Self {
+        let trailer = AeadKey::new(cipher, &prk.trailer_key());
         Self {
-            cipher: self.cipher,
-            aead: self.aead.clone(),
+            cipher,
+            prk,
+            trailer,
         }
     }
 
-    /// The cipher this key is for.
+    /// A second handle on the same keys, for a second reader of the same object.
+    pub(crate) fn duplicate(&self) -> Self {
+        Self {
+            cipher: self.cipher,
+            prk: self.prk.duplicate(),
+            trailer: self.trailer.clone(),
+        }
+    }
+
+    /// The key of one upload of one part (SPEC 3).
+    pub(crate) fn part_key(&self, part: u32, nonce: [u8; PART_NONCE_SIZE]) -> AeadKey {
+        AeadKey::new(self.cipher, &self.prk.part_key(part, nonce))
+    }
+
+    pub(crate) fn trailer_key(&self) -> &AeadKey {
+        &self.trailer
+    }
+
+    /// The cipher these keys are for.
     #[must_use]
     pub fn cipher(&self) -> Cipher {
         self.cipher

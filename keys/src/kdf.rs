@@ -3,7 +3,7 @@
 use ring::hkdf::{HKDF_SHA256, KeyType, Prk, Salt};
 use zeroize::Zeroizing;
 
-use crate::format::{KEY_CHECK_SIZE, KEY_SIZE, SALT_SIZE, label};
+use crate::format::{KEY_CHECK_SIZE, KEY_SIZE, PART_NONCE_SIZE, SALT_SIZE, label};
 use crate::secret::{DataKey, Kek};
 
 struct Len(usize);
@@ -37,6 +37,7 @@ pub(crate) fn wrap_key(
     let prk = Salt::new(HKDF_SHA256, salt).extract(kek.expose());
     let bucket = name.bucket.as_bytes();
     let key = name.key.as_bytes();
+    // ObjectName::new keeps both under 65536 bytes.
     let bucket_len = u16::try_from(bucket.len())
         .unwrap_or(u16::MAX)
         .to_be_bytes();
@@ -44,18 +45,46 @@ pub(crate) fn wrap_key(
     expand::<KEY_SIZE>(&prk, &[label::WRAP, &bucket_len, bucket, &key_len, key])
 }
 
-/// The keys that come from a data key: commitment, payload key and metadata key.
-pub(crate) struct DataKeyDerived {
-    pub(crate) commitment: [u8; KEY_SIZE],
-    pub(crate) payload: Zeroizing<[u8; KEY_SIZE]>,
-    pub(crate) metadata: Zeroizing<[u8; KEY_SIZE]>,
-}
+/// `PRK = HKDF-Extract(salt = S, ikm = DK)`, kept as bytes so it can be zeroized; every
+/// expansion rebuilds ring's `Prk` from them.
+pub(crate) struct DataPrk(Zeroizing<[u8; KEY_SIZE]>);
 
-pub(crate) fn from_data_key(dk: &DataKey, salt: &[u8; SALT_SIZE]) -> DataKeyDerived {
-    let prk = Salt::new(HKDF_SHA256, salt).extract(dk.expose());
-    DataKeyDerived {
-        commitment: *expand::<KEY_SIZE>(&prk, &[label::COMMIT]),
-        payload: expand::<KEY_SIZE>(&prk, &[label::PAYLOAD]),
-        metadata: expand::<KEY_SIZE>(&prk, &[label::METADATA]),
+impl DataPrk {
+    pub(crate) fn extract(dk: &DataKey, salt: &[u8; SALT_SIZE]) -> Self {
+        let tag = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, salt),
+            dk.expose(),
+        );
+        let mut bytes = Zeroizing::new([0u8; KEY_SIZE]);
+        bytes.copy_from_slice(tag.as_ref());
+        Self(bytes)
+    }
+
+    fn prk(&self) -> Prk {
+        Prk::new_less_safe(HKDF_SHA256, self.0.as_ref())
+    }
+
+    pub(crate) fn commitment(&self) -> [u8; KEY_SIZE] {
+        *expand::<KEY_SIZE>(&self.prk(), &[label::COMMIT])
+    }
+
+    pub(crate) fn part_key(
+        &self,
+        part: u32,
+        nonce: [u8; PART_NONCE_SIZE],
+    ) -> Zeroizing<[u8; KEY_SIZE]> {
+        expand::<KEY_SIZE>(&self.prk(), &[label::PART, &part.to_be_bytes(), &nonce])
+    }
+
+    pub(crate) fn trailer_key(&self) -> Zeroizing<[u8; KEY_SIZE]> {
+        expand::<KEY_SIZE>(&self.prk(), &[label::TRAILER])
+    }
+
+    pub(crate) fn metadata_key(&self) -> Zeroizing<[u8; KEY_SIZE]> {
+        expand::<KEY_SIZE>(&self.prk(), &[label::METADATA])
+    }
+
+    pub(crate) fn duplicate(&self) -> Self {
+        Self(self.0.clone())
     }
 }

@@ -16,8 +16,10 @@ const M_COST_KIB: u32 = 65_536;
 const T_COST: u32 = 3;
 const P_COST: u32 = 1;
 const KDF_SALT_SIZE: usize = 16;
-/// The highest cost a reader accepts, so a hostile key file cannot exhaust memory.
-const MAX_M_COST_KIB: u32 = 4 * 1024 * 1024;
+/// The highest costs a reader accepts, so a hostile key file cannot exhaust memory or time.
+const MAX_M_COST_KIB: u32 = 1024 * 1024;
+const MAX_T_COST: u32 = 16;
+const MAX_P_COST: u32 = 8;
 
 #[derive(Serialize, Deserialize)]
 struct FileToml {
@@ -194,8 +196,13 @@ fn unseal(sealed: &SealedToml, passphrase: &Passphrase) -> Result<Zeroizing<Vec<
     if sealed.kdf != "argon2id" {
         return Err(bad(format!("unsupported kdf {:?}", sealed.kdf)));
     }
-    if sealed.m_cost_kib > MAX_M_COST_KIB {
-        return Err(bad("argon2 memory cost is above 4 GiB"));
+    if sealed.m_cost_kib > MAX_M_COST_KIB
+        || sealed.t_cost > MAX_T_COST
+        || sealed.p_cost > MAX_P_COST
+    {
+        return Err(bad(
+            "argon2 cost above what a reader accepts (1 GiB, 16 passes, 8 lanes)",
+        ));
     }
     let salt = B64
         .decode(&sealed.salt)

@@ -2,7 +2,7 @@
 //! body lies, and which ciphertext bytes a plaintext range needs.
 
 use crate::format::{
-    FULL_SEGMENT_SIZE, HEADER_SIZE, MAX_PART_NUMBER, SEGMENT_OVERHEAD, SEGMENT_SIZE,
+    FULL_SEGMENT_SIZE, HEADER_SIZE, MAX_PART_NUMBER, MAX_PART_SIZE, SEGMENT_OVERHEAD, SEGMENT_SIZE,
     TRAILER_RESIDUE,
 };
 use crate::segment::SegmentId;
@@ -41,21 +41,23 @@ pub fn plaintext_size(ciphertext_len: u64) -> Result<SizeInfo> {
     })
 }
 
-/// Ciphertext length of one part of `len` plaintext bytes, without the header.
+/// Ciphertext length of one part of `len` plaintext bytes, without the header; `None` if
+/// it does not fit a `u64`.
 #[must_use]
-pub fn part_ciphertext_len(len: u64) -> u64 {
+pub fn part_ciphertext_len(len: u64) -> Option<u64> {
     let (q, r) = (len / SEG, len % SEG);
     if len == 0 {
-        OVERHEAD
-    } else {
-        q * FULL + if r == 0 { 0 } else { r + OVERHEAD }
+        return Some(OVERHEAD);
     }
+    q.checked_mul(FULL)?
+        .checked_add(if r == 0 { 0 } else { r + OVERHEAD })
 }
 
-/// Ciphertext length of a single-part (or aligned) body of `len` plaintext bytes.
+/// Ciphertext length of a single-part (or aligned) body of `len` plaintext bytes; `None`
+/// if it does not fit a `u64`.
 #[must_use]
-pub fn ciphertext_size(len: u64) -> u64 {
-    HEADER + part_ciphertext_len(len)
+pub fn ciphertext_size(len: u64) -> Option<u64> {
+    part_ciphertext_len(len)?.checked_add(HEADER)
 }
 
 fn segments_in(len: u64) -> u64 {
@@ -71,19 +73,23 @@ pub struct PartInfo {
     pub len: u64,
 }
 
-/// Where each segment of a body lies.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// SPEC 6.2: parts 1..k of `part_size` bytes (0: a single part), `size` bytes in all.
-    Regular {
-        /// Plaintext size of the object.
+enum Repr {
+    /// SPEC 6.2: parts 1..k of `part_size` bytes (0: a single part).
+    Regular { size: u64, part_size: u64 },
+    /// SPEC 6.3: the parts of a trailer's table, each with its plaintext and ciphertext
+    /// start, so that a lookup is a binary search.
+    Table {
+        parts: Vec<(PartInfo, u64, u64)>,
         size: u64,
-        /// `P`, a multiple of `SEGMENT_SIZE`, or 0 for one part.
-        part_size: u64,
+        ciphertext_end: u64,
     },
-    /// SPEC 6.3: the parts a trailer lists.
-    Table(Vec<PartInfo>),
 }
+
+/// Where each segment of a body lies. Built only by [`Layout::regular`] and
+/// [`Layout::table`], which check it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout(Repr);
 
 /// A segment located in a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,79 +122,119 @@ impl Layout {
         // A part size at least as large as the object means a single part, whatever P says.
         let part_size = if part_size >= size { 0 } else { part_size };
         if part_size != 0
-            && (part_size % SEG != 0 || size.div_ceil(part_size) > u64::from(MAX_PART_NUMBER))
+            && (!part_size.is_multiple_of(SEG)
+                || size.div_ceil(part_size) > u64::from(MAX_PART_NUMBER))
         {
             return Err(Error::Malformed(
                 "part size hint does not describe a regular layout",
             ));
         }
-        Ok(Layout::Regular { size, part_size })
+        if ciphertext_size(size).is_none() {
+            return Err(Error::Malformed("object too large"));
+        }
+        Ok(Self(Repr::Regular { size, part_size }))
     }
 
     /// The layout a trailer's table describes.
     ///
     /// # Errors
-    /// [`Error::Malformed`] when the table is empty, unordered or out of range.
-    pub fn table(parts: Vec<PartInfo>) -> Result<Self> {
-        if parts.is_empty() {
-            return Err(Error::Malformed("empty layout table"));
+    /// [`Error::Malformed`] when the table breaks SPEC 5.3: empty, not starting at part 1,
+    /// not ascending, a part over 5 GiB, or an empty part that is not the last.
+    pub fn table(parts: &[PartInfo]) -> Result<Self> {
+        if parts.first().is_none_or(|p| p.number != 1) {
+            return Err(Error::Malformed("layout table does not start with part 1"));
         }
-        let mut prev = 0;
+        let mut located = Vec::with_capacity(parts.len());
+        let (mut prev, mut pt, mut ct) = (0, 0u64, HEADER);
         for (i, p) in parts.iter().enumerate() {
             if p.number <= prev || p.number > MAX_PART_NUMBER {
                 return Err(Error::Malformed(
                     "layout table part numbers not ascending in 1..=10000",
                 ));
             }
-            if p.len == 0 && i + 1 != parts.len() {
-                return Err(Error::Malformed("an empty part that is not the last"));
+            if p.len > MAX_PART_SIZE || (p.len == 0 && i + 1 != parts.len()) {
+                return Err(Error::Malformed("layout table part length out of range"));
             }
+            located.push((*p, pt, ct));
             prev = p.number;
+            // At most 10000 parts of at most 5 GiB: these sums cannot overflow.
+            pt += p.len;
+            ct += part_ciphertext_len(p.len).unwrap_or(u64::MAX / 2);
         }
-        Ok(Layout::Table(parts))
+        Ok(Self(Repr::Table {
+            parts: located,
+            size: pt,
+            ciphertext_end: ct,
+        }))
     }
 
     /// Plaintext size of the object.
     #[must_use]
     pub fn size(&self) -> u64 {
-        match self {
-            Layout::Regular { size, .. } => *size,
-            Layout::Table(parts) => parts.iter().map(|p| p.len).sum(),
+        match &self.0 {
+            Repr::Regular { size, .. } | Repr::Table { size, .. } => *size,
         }
     }
 
-    /// Ciphertext length of the parts (the body without header and trailer).
+    /// The parts, for a layout from a table.
     #[must_use]
-    pub fn parts_ciphertext_len(&self) -> u64 {
-        match self {
-            Layout::Regular { size, .. } => part_ciphertext_len(*size),
-            Layout::Table(parts) => parts.iter().map(|p| part_ciphertext_len(p.len)).sum(),
+    pub fn table_parts(&self) -> Option<Vec<PartInfo>> {
+        match &self.0 {
+            Repr::Regular { .. } => None,
+            Repr::Table { parts, .. } => Some(parts.iter().map(|(p, ..)| *p).collect()),
         }
     }
 
-    /// The segment that holds plaintext offset `offset` (`offset < size`, or 0 for an
-    /// empty object).
+    /// Length of header and parts (the body without its trailer).
+    #[must_use]
+    pub fn body_len_without_trailer(&self) -> u64 {
+        match &self.0 {
+            // `regular` checked that this fits.
+            Repr::Regular { size, .. } => ciphertext_size(*size).unwrap_or(u64::MAX),
+            Repr::Table { ciphertext_end, .. } => *ciphertext_end,
+        }
+    }
+
+    /// Offsets in the body where parts after the first begin, with their part numbers: a
+    /// reader can check the layout by looking at the segment prefixes there.
+    #[must_use]
+    pub fn part_starts(&self) -> Vec<(u32, u64)> {
+        match &self.0 {
+            Repr::Regular { size, part_size } if *part_size > 0 => {
+                let per = part_size / SEG;
+                (1..size.div_ceil(*part_size))
+                    .map(|i| {
+                        (
+                            u32::try_from(i + 1).unwrap_or(u32::MAX),
+                            HEADER + i * per * FULL,
+                        )
+                    })
+                    .collect()
+            }
+            Repr::Regular { .. } => Vec::new(),
+            Repr::Table { parts, .. } => parts
+                .iter()
+                .skip(1)
+                .map(|(p, _, ct)| (p.number, *ct))
+                .collect(),
+        }
+    }
+
+    /// The segment that holds plaintext offset `offset`, if `offset < size`.
     #[must_use]
     pub fn locate(&self, offset: u64) -> Option<SegmentPos> {
-        match self {
-            Layout::Regular { size, part_size } => {
-                if offset >= (*size).max(1) {
-                    return None;
-                }
-                let g = offset / SEG;
-                Some(Self::regular_segment(*size, *part_size, g))
+        if offset >= self.size() {
+            return None;
+        }
+        match &self.0 {
+            Repr::Regular { size, part_size } => {
+                Some(regular_segment(*size, *part_size, offset / SEG))
             }
-            Layout::Table(parts) => {
-                let (mut pt, mut ct) = (0u64, HEADER);
-                for p in parts {
-                    if offset < pt + p.len || (p.len == 0 && offset == pt && self.size() == 0) {
-                        let index = (offset - pt) / SEG;
-                        return Some(table_segment(p, pt, ct, index));
-                    }
-                    pt += p.len;
-                    ct += part_ciphertext_len(p.len);
-                }
-                None
+            Repr::Table { parts, .. } => {
+                // The last part whose plaintext starts at or before `offset` and holds it.
+                let i = parts.partition_point(|(p, pt, _)| pt + p.len <= offset);
+                let (p, pt, ct) = parts.get(i)?;
+                Some(table_segment(p, *pt, *ct, (offset - pt) / SEG))
             }
         }
     }
@@ -196,47 +242,20 @@ impl Layout {
     /// The segment after `pos`, if any holds plaintext.
     #[must_use]
     pub fn next(&self, pos: &SegmentPos) -> Option<SegmentPos> {
-        let next = pos.plaintext_offset + pos.plaintext_len;
-        if next >= self.size() {
-            None
-        } else {
-            self.locate(next)
-        }
-    }
-
-    fn regular_segment(size: u64, part_size: u64, g: u64) -> SegmentPos {
-        let last_g = segments_in(size) - 1;
-        let (part, index, last) = if part_size == 0 {
-            (1, g, g == last_g)
-        } else {
-            let per = part_size / SEG;
-            (g / per + 1, g % per, g % per == per - 1 || g == last_g)
-        };
-        let plaintext_offset = g * SEG;
-        SegmentPos {
-            id: SegmentId {
-                part: u32::try_from(part).expect("checked against MAX_PART_NUMBER"),
-                index,
-                last,
-            },
-            plaintext_offset,
-            plaintext_len: (size - plaintext_offset).min(SEG),
-            ciphertext_offset: HEADER + g * FULL,
-        }
+        self.locate(pos.plaintext_offset + pos.plaintext_len)
     }
 
     /// The ciphertext bytes (inclusive) that plaintext bytes `start..=end` need, and the
-    /// first segment of them. `end` is clamped to the object; S3's "over-long ranges are
-    /// truncated" is the caller's to apply before.
+    /// first segment of them. S3's truncation of over-long ranges is the caller's to apply.
     ///
     /// # Errors
     /// [`Error::RangeNotSatisfiable`] when `start > end` or `end` is past the object.
     pub fn ciphertext_range(&self, start: u64, end: u64) -> Result<(SegmentPos, u64, u64)> {
         let size = self.size();
-        if start > end || end >= size {
-            return Err(Error::RangeNotSatisfiable { start, end, size });
-        }
         let not_found = Error::RangeNotSatisfiable { start, end, size };
+        if start > end {
+            return Err(not_found);
+        }
         let (Some(first), Some(last)) = (self.locate(start), self.locate(end)) else {
             return Err(not_found);
         };
@@ -245,6 +264,28 @@ impl Layout {
             first.ciphertext_offset,
             last.ciphertext_offset + last.ciphertext_len() - 1,
         ))
+    }
+}
+
+fn regular_segment(size: u64, part_size: u64, g: u64) -> SegmentPos {
+    let last_g = segments_in(size) - 1;
+    let (part, index, last) = if part_size == 0 {
+        (1, g, g == last_g)
+    } else {
+        let per = part_size / SEG;
+        (g / per + 1, g % per, g % per == per - 1 || g == last_g)
+    };
+    let plaintext_offset = g * SEG;
+    SegmentPos {
+        // `regular` bounds the part count by MAX_PART_NUMBER.
+        id: SegmentId {
+            part: u32::try_from(part).unwrap_or(u32::MAX),
+            index,
+            last,
+        },
+        plaintext_offset,
+        plaintext_len: (size - plaintext_offset).min(SEG),
+        ciphertext_offset: HEADER + g * FULL,
     }
 }
 
@@ -263,8 +304,9 @@ fn table_segment(p: &PartInfo, part_start: u64, part_ct: u64, index: u64) -> Seg
     }
 }
 
-/// The residue a trailer's padding aims for, as a `u64` for size arithmetic.
+/// The padding that brings a body of `body_len_before_padding` bytes to the trailer
+/// residue (SPEC 5.3). The caller ensures `body_len_before_padding >= HEADER_SIZE`.
 pub(crate) fn trailer_padding(body_len_before_padding: u64) -> u64 {
-    let x = body_len_before_padding - HEADER;
+    let x = body_len_before_padding.saturating_sub(HEADER);
     (TRAILER_RESIDUE + FULL - x % FULL) % FULL
 }

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
+use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE};
 use crate::header::{Header, ObjectName, PayloadKey};
 use crate::keyring::Keyring;
-use crate::layout::{Layout, PartInfo};
-use crate::segment::{Prefix, SegmentId, parse_prefix};
+use crate::layout::PartInfo;
+use crate::segment::{PartNonce, Prefix, SegmentId, parse_prefix};
 use crate::trailer::{self, MAX_TRAILER_LEN};
 use crate::transform::Transform;
 use crate::{Error, Result};
@@ -19,7 +20,7 @@ enum Stage {
         bucket: String,
         key: String,
     },
-    /// Walking segments with the verified payload key.
+    /// Walking segments with the verified keys.
     Segments { key: PayloadKey },
     /// A trailer started: everything up to the end belongs to it.
     Trailer { key: PayloadKey },
@@ -27,42 +28,65 @@ enum Stage {
     Failed,
 }
 
+/// The part being read.
+struct Current {
+    part: u32,
+    nonce: PartNonce,
+    key: AeadKey,
+    index: u64,
+    len: u64,
+}
+
 /// Decrypts a whole body, checking every rule of SPEC 5.2: a part truncated, a segment
 /// altered, moved, dropped or duplicated, or a body that stops early all fail.
 ///
 /// Plaintext is emitted segment by segment as each authenticates; a failure reported by
 /// [`Transform::finish`] (the body ended early, a part is missing) means the output so far
-/// is not the whole object, so a consumer must treat it as failed.
+/// is not the whole object, so a consumer must treat it as failed (SPEC 5.2).
 pub struct BodyOpener {
     stage: Stage,
     buf: Vec<u8>,
     /// Completed parts so far.
     parts: Vec<PartInfo>,
-    /// The part being read, with its next index and length so far, if inside one.
-    current: Option<(u32, u64, u64)>,
-    /// Length of the unit being collected in `buf` once its prefix is known.
+    current: Option<Current>,
+    /// The unit being collected in `buf`, once its prefix is known, and its length.
     need: Option<(Prefix, usize)>,
     gaps: bool,
+    /// Whether the body has a trailer, when the caller knows (from its size).
+    trailer_expected: Option<bool>,
+    consumed: u64,
 }
 
 impl BodyOpener {
     /// An opener for the body of `bucket`/`key`, starting at the header.
     #[must_use]
     pub fn new(keyring: Arc<Keyring>, bucket: String, key: String) -> Self {
-        Self::with_stage(Stage::Header {
-            keyring,
-            bucket,
-            key,
-        })
+        Self::with_stage(
+            Stage::Header {
+                keyring,
+                bucket,
+                key,
+            },
+            0,
+        )
     }
 
     /// An opener for the bytes after a header that the caller has verified.
     #[must_use]
     pub fn after_header(key: PayloadKey) -> Self {
-        Self::with_stage(Stage::Segments { key })
+        Self::with_stage(Stage::Segments { key }, HEADER_SIZE as u64)
     }
 
-    fn with_stage(stage: Stage) -> Self {
+    /// Tells the opener whether the body ends in a trailer, as its size shows (SPEC 6.1),
+    /// so that a gap in the part numbers of a body without one fails at once, before any
+    /// later plaintext is emitted.
+    #[must_use]
+    pub fn expect_trailer(mut self, trailer: bool) -> Self {
+        self.trailer_expected = Some(trailer);
+        self
+    }
+
+    fn with_stage(stage: Stage, consumed: u64) -> Self {
         Self {
             stage,
             buf: Vec::new(),
@@ -70,10 +94,12 @@ impl BodyOpener {
             current: None,
             need: None,
             gaps: false,
+            trailer_expected: None,
+            consumed,
         }
     }
 
-    /// The layout read, once [`Transform::finish`] succeeded.
+    /// The parts read, once [`Transform::finish`] succeeded.
     #[must_use]
     pub fn parts(&self) -> &[PartInfo] {
         &self.parts
@@ -89,13 +115,14 @@ impl BodyOpener {
         let take = (HEADER_SIZE - self.buf.len()).min(input.len());
         self.buf.extend_from_slice(&input[..take]);
         *input = &input[take..];
-        // Parse as soon as the first bytes are in, so that a non-kura or unsupported body
-        // fails at once instead of after 164 bytes.
+        self.consumed += take as u64;
+        // Parse what is there already, so that a body that is not a kura object (or of
+        // an unknown version) fails at once rather than after 164 bytes.
+        let parsed = Header::parse(&self.buf);
         if self.buf.len() < HEADER_SIZE {
-            return match Header::parse(&self.buf) {
-                Err(Error::Truncated) => Ok(()),
-                Err(e) => self.fail(e),
-                Ok(_) => unreachable!("a header shorter than HEADER_SIZE never parses"),
+            return match parsed {
+                Err(Error::Truncated) | Ok(_) => Ok(()),
+                Err(e) => Err(e),
             };
         }
         let Stage::Header {
@@ -104,106 +131,130 @@ impl BodyOpener {
             key,
         } = &self.stage
         else {
-            unreachable!("called in the header stage")
+            return Err(Error::Malformed("header read outside the header stage"));
         };
-        let verified = Header::parse(&self.buf)
-            .and_then(|h| ObjectName::new(bucket, key).and_then(|name| h.verify(keyring, &name)));
-        match verified {
-            Ok(v) => {
-                self.stage = Stage::Segments {
-                    key: v.into_payload_key(),
+        let verified = parsed
+            .and_then(|h| ObjectName::new(bucket, key).and_then(|name| h.verify(keyring, &name)))?;
+        self.stage = Stage::Segments {
+            key: verified.into_payload_key(),
+        };
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// The segment the walk expects next, for naming it in errors.
+    fn expected(&self) -> SegmentId {
+        match &self.current {
+            Some(c) => SegmentId {
+                part: c.part,
+                index: c.index,
+                last: false,
+            },
+            None => SegmentId {
+                part: self.parts.last().map_or(1, |p| p.number + 1),
+                index: 0,
+                last: false,
+            },
+        }
+    }
+
+    /// Checks a prefix against where the walk is, and returns the whole unit's length
+    /// (0 for a trailer, which runs to the end of the body).
+    fn admit(&mut self, prefix: Option<Prefix>) -> Result<usize> {
+        let expected = self.expected();
+        let Some(prefix) = prefix else {
+            return Err(expected.tampered());
+        };
+        let (part, len, nonce) = match prefix {
+            Prefix::Trailer if self.current.is_none() && self.trailer_expected != Some(false) => {
+                return Ok(0);
+            }
+            Prefix::Trailer => return Err(expected.tampered()),
+            Prefix::Segment {
+                part, len, nonce, ..
+            } => (part, len, nonce),
+        };
+        match &self.current {
+            Some(c) if c.part != part || c.nonce != nonce => return Err(expected.tampered()),
+            Some(_) => {}
+            None => {
+                let prev = self.parts.last().map_or(0, |p| p.number);
+                let gap = part != prev + 1;
+                if part <= prev || (gap && self.trailer_expected == Some(false)) {
+                    return Err(expected.tampered());
+                }
+                if self.parts.last().is_some_and(|p| p.len == 0) {
+                    return Err(Error::Malformed("an empty part that is not the last"));
+                }
+                let Stage::Segments { key } = &self.stage else {
+                    return Err(Error::Malformed("segment outside the segment stage"));
                 };
-                self.buf.clear();
-                Ok(())
-            }
-            Err(e) => self.fail(e),
-        }
-    }
-
-    /// Checks a prefix against where the walk is, and returns the whole unit's length.
-    fn admit(&mut self, prefix: Prefix) -> Result<usize> {
-        match prefix {
-            Prefix::Trailer { .. } => {
-                if let Some((part, index, _)) = self.current {
-                    return Err(Error::TamperedSegment { part, index });
-                }
-                Ok(0)
-            }
-            Prefix::Segment { part, len, .. } => {
-                match self.current {
-                    Some((cur, index, _)) if cur != part => {
-                        return Err(Error::TamperedSegment { part: cur, index });
-                    }
-                    Some(_) => {}
-                    None => {
-                        let prev = self.parts.last().map_or(0, |p| p.number);
-                        if part <= prev {
-                            return Err(Error::TamperedSegment {
-                                part: prev + 1,
-                                index: 0,
-                            });
-                        }
-                        if self.parts.last().is_some_and(|p| p.len == 0) {
-                            return Err(Error::Malformed("an empty part that is not the last"));
-                        }
-                        self.gaps |= part != prev + 1;
-                        self.current = Some((part, 0, 0));
-                    }
-                }
-                Ok(SEGMENT_PREFIX_SIZE + len + TAG_SIZE)
+                self.gaps |= gap;
+                self.current = Some(Current {
+                    part,
+                    nonce,
+                    key: key.part_key(part, nonce),
+                    index: 0,
+                    len: 0,
+                });
             }
         }
+        Ok(SEGMENT_PREFIX_SIZE + len + TAG_SIZE)
     }
 
-    /// Opens one complete segment held in `unit` and appends its plaintext to `out`.
+    /// Opens one complete segment and appends its plaintext to `out`.
     fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut Vec<u8>) -> Result<()> {
-        let Prefix::Segment { part, last, len } = prefix else {
-            unreachable!("segments only")
+        let (Prefix::Segment { last, len, .. }, Some(cur)) = (prefix, self.current.as_mut()) else {
+            return Err(Error::Malformed("segment without a part"));
         };
-        let Stage::Segments { key } = &self.stage else {
-            unreachable!("segment stage")
+        let id = SegmentId {
+            part: cur.part,
+            index: cur.index,
+            last,
         };
-        let (_, index, so_far) = self.current.expect("admit set the current part");
-        let id = SegmentId { part, index, last };
         let start = out.len();
         out.extend_from_slice(&unit[SEGMENT_PREFIX_SIZE..]);
-        let opened = key
-            .aead
+        if let Ok(n) = cur
+            .key
             .open(id.nonce(), &unit[..SEGMENT_PREFIX_SIZE], &mut out[start..])
-            .map(|p| p.len());
-        if let Ok(n) = opened {
+            .map(|p| p.len())
+        {
             out.truncate(start + n);
         } else {
             out.truncate(start);
             return Err(id.tampered());
         }
-        if last && len == 0 && index != 0 {
-            return Err(Error::Malformed("empty final segment after other segments"));
+        if last && len == 0 && cur.index != 0 {
+            return Err(id.tampered());
         }
-        let so_far = so_far + len as u64;
+        cur.len += len as u64;
+        cur.index += 1;
         if last {
             self.parts.push(PartInfo {
-                number: part,
-                len: so_far,
+                number: cur.part,
+                len: cur.len,
             });
             self.current = None;
-        } else {
-            self.current = Some((part, index + 1, so_far));
         }
         Ok(())
     }
 
     fn step(&mut self, input: &mut &[u8], out: &mut Vec<u8>) -> Result<()> {
         // A whole unit in the input: open it from there, without copying it into `buf`.
-        if self.buf.is_empty() && self.need.is_none() && input.len() >= SEGMENT_PREFIX_SIZE {
-            let prefix = parse_prefix(crate::be::array_at(input, 0))?;
+        if self.buf.is_empty()
+            && self.need.is_none()
+            && let Some(head) = input.first_chunk::<SEGMENT_PREFIX_SIZE>()
+        {
+            let prefix = parse_prefix(head);
             let len = self.admit(prefix)?;
+            let prefix = prefix.expect("admit rejects unparsable prefixes");
             if len == 0 {
                 return self.begin_trailer(input);
             }
             if input.len() >= len {
                 let (unit, rest) = input.split_at(len);
                 self.open_unit(prefix, unit, out)?;
+                self.consumed += len as u64;
                 *input = rest;
                 return Ok(());
             }
@@ -219,8 +270,10 @@ impl BodyOpener {
         let (prefix, len) = if let Some(n) = self.need {
             n
         } else {
-            let prefix = parse_prefix(crate::be::array_at(&self.buf, 0))?;
+            let head: [u8; SEGMENT_PREFIX_SIZE] = crate::be::array_at(&self.buf, 0);
+            let prefix = parse_prefix(&head);
             let len = self.admit(prefix)?;
+            let prefix = prefix.expect("admit rejects unparsable prefixes");
             if len == 0 {
                 return self.begin_trailer(input);
             }
@@ -230,10 +283,10 @@ impl BodyOpener {
             }
             (prefix, len)
         };
-        debug_assert_eq!(self.buf.len(), len);
         let unit = std::mem::take(&mut self.buf);
         self.need = None;
         let r = self.open_unit(prefix, &unit, out);
+        self.consumed += len as u64;
         self.buf = unit;
         self.buf.clear();
         r
@@ -241,7 +294,7 @@ impl BodyOpener {
 
     fn begin_trailer(&mut self, input: &mut &[u8]) -> Result<()> {
         let Stage::Segments { key } = std::mem::replace(&mut self.stage, Stage::Failed) else {
-            unreachable!("segment stage")
+            return Err(Error::Malformed("trailer outside the segment stage"));
         };
         self.stage = Stage::Trailer { key };
         self.take_trailer(input)
@@ -256,22 +309,24 @@ impl BodyOpener {
         Ok(())
     }
 
-    fn check_end(&mut self) -> Result<()> {
-        if self.current.is_some() {
-            return Err(Error::Truncated);
-        }
-        if matches!(self.stage, Stage::Segments { .. })
-            && (!self.buf.is_empty() || self.need.is_some())
-        {
-            return Err(Error::Truncated);
-        }
-        if self.parts.is_empty() {
+    fn check_end(&self) -> Result<()> {
+        if self.current.is_some() || self.parts.is_empty() {
             return Err(Error::Truncated);
         }
         match &self.stage {
+            Stage::Segments { .. } if !self.buf.is_empty() || self.need.is_some() => {
+                Err(Error::Truncated)
+            }
             Stage::Trailer { key } => {
-                let Layout::Table(table) = trailer::decode(key, &self.buf)? else {
-                    unreachable!("decode returns tables")
+                let body_len = self.consumed + self.buf.len() as u64;
+                let table = trailer::decode(key, &self.buf, body_len).and_then(|l| {
+                    l.table_parts()
+                        .ok_or(Error::Malformed("trailer without a table"))
+                });
+                let table = match table {
+                    // The walk holds fewer parts than the table: the body lost some.
+                    Err(Error::Truncated) => return Err(Error::Truncated),
+                    other => other?,
                 };
                 if table.len() > self.parts.len() && table[..self.parts.len()] == self.parts[..] {
                     return Err(Error::Truncated);
@@ -281,6 +336,7 @@ impl BodyOpener {
                 }
                 Ok(())
             }
+            _ if self.trailer_expected == Some(true) => Err(Error::Truncated),
             _ if self.gaps || self.parts[0].number != 1 => {
                 let missing = self
                     .parts
@@ -315,20 +371,14 @@ impl Transform for BodyOpener {
     }
 
     fn finish(&mut self, _out: &mut Vec<u8>) -> Result<()> {
-        match self.stage {
-            Stage::Header { .. } => {
-                let e = if self.buf.is_empty() {
-                    Error::Truncated
-                } else {
-                    Header::parse(&self.buf).err().unwrap_or(Error::Truncated)
-                };
-                self.fail(e)
-            }
+        let r = match self.stage {
+            Stage::Header { .. } => Err(Header::parse(&self.buf).err().unwrap_or(Error::Truncated)),
             Stage::Failed => Err(Error::Malformed("finish after an error")),
-            _ => match self.check_end() {
-                Ok(()) => Ok(()),
-                Err(e) => self.fail(e),
-            },
+            _ => self.check_end(),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => self.fail(e),
         }
     }
 }

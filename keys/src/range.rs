@@ -1,8 +1,10 @@
 //! Random-access reads (SPEC 6.2): opening just the segments that cover a plaintext range.
 
+use crate::cipher::AeadKey;
+use crate::format::{PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE};
 use crate::header::PayloadKey;
 use crate::layout::{Layout, SegmentPos};
-use crate::segment;
+use crate::segment::{self, PartNonce};
 use crate::transform::Transform;
 use crate::{Error, Result};
 
@@ -17,7 +19,7 @@ pub struct CiphertextRange {
 
 /// Decrypts the ciphertext of [`RangeOpener::new`]'s range and emits exactly plaintext
 /// bytes `start..=end`, each authenticated, each segment checked to be the one that
-/// belongs at its place.
+/// belongs at its place, and each part's segments checked to come from one upload.
 pub struct RangeOpener<K> {
     key: K,
     layout: Layout,
@@ -25,6 +27,7 @@ pub struct RangeOpener<K> {
     skip: usize,
     remaining: u64,
     buf: Vec<u8>,
+    part: Option<(u32, PartNonce, AeadKey)>,
 }
 
 impl<K: AsRef<PayloadKey>> RangeOpener<K> {
@@ -43,6 +46,7 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
             skip,
             remaining: end - start + 1,
             buf: Vec::new(),
+            part: None,
         };
         Ok((
             opener,
@@ -52,6 +56,26 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
             },
         ))
     }
+
+    fn open_segment(&mut self, pos: SegmentPos, out: &mut Vec<u8>) -> Result<()> {
+        if self.part.as_ref().is_none_or(|(p, ..)| *p != pos.id.part) {
+            // First segment of this part in the range: its prefix names the part nonce,
+            // which open_in_place then checks along with everything else.
+            let nonce: PartNonce =
+                crate::be::array_at(&self.buf, SEGMENT_PREFIX_SIZE - PART_NONCE_SIZE);
+            let key = self.key.as_ref().part_key(pos.id.part, nonce);
+            self.part = Some((pos.id.part, nonce, key));
+        }
+        let Some((_, nonce, key)) = &self.part else {
+            return Err(pos.id.tampered());
+        };
+        let plain = segment::open_in_place(key, pos.id, *nonce, &mut self.buf)?;
+        let from = std::mem::take(&mut self.skip);
+        let n = usize::try_from(self.remaining.min((plain.len() - from) as u64)).unwrap_or(0);
+        out.extend_from_slice(&plain[from..from + n]);
+        self.remaining -= n as u64;
+        Ok(())
+    }
 }
 
 impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
@@ -60,19 +84,14 @@ impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
             let Some(pos) = self.next.filter(|_| self.remaining > 0) else {
                 return Err(Error::Malformed("more ciphertext than the range needs"));
             };
-            let len = usize::try_from(pos.ciphertext_len()).expect("a segment is small");
+            let len = usize::try_from(pos.ciphertext_len()).unwrap_or(usize::MAX);
             let take = (len - self.buf.len()).min(input.len());
             self.buf.extend_from_slice(&input[..take]);
             input = &input[take..];
             if self.buf.len() < len {
                 continue;
             }
-            let plain = segment::open_in_place(self.key.as_ref(), pos.id, &mut self.buf)?;
-            let from = std::mem::take(&mut self.skip);
-            let n = usize::try_from(self.remaining.min((plain.len() - from) as u64))
-                .expect("within a segment");
-            out.extend_from_slice(&plain[from..from + n]);
-            self.remaining -= n as u64;
+            self.open_segment(pos, out)?;
             self.buf.clear();
             self.next = self.layout.next(&pos);
         }

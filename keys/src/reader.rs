@@ -3,20 +3,23 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 
-use crate::format::{HEADER_SIZE, SEGMENT_SIZE};
+use crate::format::{HEADER_SIZE, SEGMENT_PREFIX_SIZE, SEGMENT_SIZE};
 use crate::header::{Header, ObjectName, PayloadKey};
 use crate::keyring::Keyring;
 use crate::layout::{Layout, SizeInfo, plaintext_size};
 use crate::open::BodyOpener;
 use crate::range::RangeOpener;
+use crate::segment::{Prefix, parse_prefix};
 use crate::transform::Transform;
 use crate::{Error, Result, trailer};
 
-/// A verified object in a seekable source, with its layout known.
+/// A verified object in a seekable source.
 pub struct ObjectReader<R> {
     src: R,
     key: PayloadKey,
-    layout: Layout,
+    /// The layout, when the body's size (and trailer) give one that checks out; `None`
+    /// for an irregular body without a trailer, which can only be walked (SPEC 6.3).
+    layout: Option<Layout>,
     body_len: u64,
 }
 
@@ -33,10 +36,11 @@ fn read_exact_at<R: Read + Seek>(src: &mut R, offset: u64, buf: &mut [u8]) -> Re
 
 impl<R: Read + Seek> ObjectReader<R> {
     /// Reads and verifies the header, then learns the layout from the body's size (and its
-    /// trailer, if the size says there is one; SPEC 6.1).
+    /// trailer, if the size says there is one; SPEC 6.1), and checks that the segment
+    /// prefixes at every part boundary agree with it.
     ///
     /// # Errors
-    /// Any header error of SPEC 5.1, or a malformed size or trailer.
+    /// Any header error of SPEC 5.1, or a body too short for one segment.
     pub fn open(mut src: R, keyring: &Keyring, name: &ObjectName<'_>) -> Result<Self> {
         let body_len = src.seek(SeekFrom::End(0))?;
         let mut head = vec![0u8; HEADER_SIZE.min(usize::try_from(body_len).unwrap_or(HEADER_SIZE))];
@@ -45,48 +49,60 @@ impl<R: Read + Seek> ObjectReader<R> {
         let part_size = verified.header().part_size();
         let key = verified.into_payload_key();
         let layout = match plaintext_size(body_len)? {
-            SizeInfo::Aligned(size) => Layout::regular(size, part_size)?,
-            SizeInfo::Trailer => {
-                let mut last8 = [0u8; 8];
-                read_exact_at(&mut src, body_len - 8, &mut last8)?;
-                let len = trailer::trailer_len(&last8, body_len)?;
-                let mut t = vec![
-                    0u8;
-                    usize::try_from(len)
-                        .map_err(|_| Error::Malformed("trailer length"))?
-                ];
-                read_exact_at(&mut src, body_len - len, &mut t)?;
-                let layout = trailer::decode(&key, &t)?;
-                trailer::check_fits(&layout, len, body_len)?;
-                layout
-            }
+            SizeInfo::Aligned(size) => Layout::regular(size, part_size).ok(),
+            SizeInfo::Trailer => read_trailer(&mut src, &key, body_len).ok(),
         };
-        Ok(Self {
+        let mut reader = Self {
             src,
             key,
             layout,
             body_len,
-        })
+        };
+        if let Some(layout) = &reader.layout
+            && !boundaries_agree(&mut reader.src, layout)?
+        {
+            reader.layout = None;
+        }
+        Ok(reader)
     }
 
-    /// The object's plaintext size.
+    /// The object's plaintext size, when known without walking the body.
     #[must_use]
-    pub fn size(&self) -> u64 {
-        self.layout.size()
+    pub fn size(&self) -> Option<u64> {
+        self.layout.as_ref().map(Layout::size)
     }
 
-    /// The object's layout.
+    /// The object's layout, when known without walking the body.
     #[must_use]
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    pub fn layout(&self) -> Option<&Layout> {
+        self.layout.as_ref()
     }
 
-    /// Writes plaintext bytes `start..=end` to `out`, reading only the segments they need.
+    /// Writes plaintext bytes `start..=end` to `out`, reading only the segments they need
+    /// (or, for a body that can only be walked, walking it and keeping those bytes).
     ///
     /// # Errors
     /// `RangeNotSatisfiable`, or any segment error.
     pub fn read_range(&mut self, start: u64, end: u64, out: &mut impl Write) -> Result<()> {
-        let (mut opener, ct) = RangeOpener::new(&self.key, self.layout.clone(), start, end)?;
+        let Some(layout) = self.layout.clone() else {
+            let mut window = Window {
+                start,
+                end,
+                pos: 0,
+                out,
+            };
+            self.read_all(&mut window)?;
+            return if window.pos <= start {
+                Err(Error::RangeNotSatisfiable {
+                    start,
+                    end,
+                    size: window.pos,
+                })
+            } else {
+                Ok(())
+            };
+        };
+        let (mut opener, ct) = RangeOpener::new(&self.key, layout, start, end)?;
         self.src.seek(SeekFrom::Start(ct.start))?;
         let mut limited = (&mut self.src).take(ct.end - ct.start + 1);
         pump(&mut limited, &mut opener, out)
@@ -97,11 +113,72 @@ impl<R: Read + Seek> ObjectReader<R> {
     /// # Errors
     /// Any error of SPEC 5.2 or 5.3.
     pub fn read_all(&mut self, out: &mut impl Write) -> Result<()> {
-        let key = self.key.duplicate();
-        let mut opener = BodyOpener::after_header(key);
+        let mut opener = BodyOpener::after_header(self.key.duplicate());
+        if self.layout.is_some() {
+            let trailer = matches!(plaintext_size(self.body_len), Ok(SizeInfo::Trailer));
+            opener = opener.expect_trailer(trailer);
+        }
         self.src.seek(SeekFrom::Start(HEADER_SIZE as u64))?;
         let mut limited = (&mut self.src).take(self.body_len - HEADER_SIZE as u64);
         pump(&mut limited, &mut opener, out)
+    }
+}
+
+fn read_trailer<R: Read + Seek>(src: &mut R, key: &PayloadKey, body_len: u64) -> Result<Layout> {
+    let mut last8 = [0u8; 8];
+    read_exact_at(src, body_len - 8, &mut last8)?;
+    let len = trailer::trailer_len(&last8, body_len)?;
+    let mut t = vec![0u8; usize::try_from(len).map_err(|_| Error::Malformed("trailer length"))?];
+    read_exact_at(src, body_len - len, &mut t)?;
+    trailer::decode(key, &t, body_len)
+}
+
+/// Whether the segment prefixes at the part starts and at the end name the parts the
+/// layout puts there (a cheap check that the part size hint, or the table, describes
+/// this body).
+fn boundaries_agree<R: Read + Seek>(src: &mut R, layout: &Layout) -> Result<bool> {
+    let mut prefix = [0u8; SEGMENT_PREFIX_SIZE];
+    // Every predicted part start, and the object's last segment: if all name the part
+    // the layout says, the body has exactly the layout's parts.
+    let last = layout.size().checked_sub(1).and_then(|o| layout.locate(o));
+    let checks = layout
+        .part_starts()
+        .into_iter()
+        .chain(last.map(|l| (l.id.part, l.ciphertext_offset)));
+    for (part, offset) in checks {
+        match read_exact_at(src, offset, &mut prefix) {
+            Ok(()) => {}
+            Err(Error::Truncated) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        if !matches!(parse_prefix(&prefix), Some(Prefix::Segment { part: p, .. }) if p == part) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A writer that passes on only bytes `start..=end` of what it is given.
+struct Window<'a, W> {
+    start: u64,
+    end: u64,
+    pos: u64,
+    out: &'a mut W,
+}
+
+impl<W: Write> Write for Window<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let end = self.pos + buf.len() as u64;
+        let from = self.start.clamp(self.pos, end);
+        let to = self.end.saturating_add(1).clamp(self.pos, end);
+        let at = |x: u64| usize::try_from(x - self.pos).unwrap_or(0);
+        self.out.write_all(&buf[at(from)..at(to)])?;
+        self.pos = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 }
 

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_SIZE};
 use crate::header::PayloadKey;
-use crate::segment::{SegmentId, seal_into};
+use crate::segment::{PartNonce, SegmentId, seal_into};
 use crate::transform::Transform;
 use crate::{Error, Result};
 
@@ -15,7 +16,8 @@ use crate::{Error, Result};
 /// most one segment of plaintext, because a segment is sealed only once it is known
 /// whether it is the part's last.
 pub struct PartSealer {
-    key: Arc<PayloadKey>,
+    key: AeadKey,
+    nonce: PartNonce,
     part: u32,
     index: u64,
     pending: Vec<u8>,
@@ -24,16 +26,50 @@ pub struct PartSealer {
 }
 
 impl PartSealer {
-    /// A sealer for part `part`; `header` is emitted first when given.
+    /// A sealer for one upload of part `part`, with a fresh random part nonce; `header`
+    /// is emitted first when given.
     ///
     /// # Errors
-    /// [`Error::Malformed`] for a part number outside 1..=10000.
-    pub fn new(key: Arc<PayloadKey>, part: u32, header: Option<[u8; HEADER_SIZE]>) -> Result<Self> {
+    /// [`Error::Malformed`] for a part number outside 1..=10000, [`Error::Random`] if the
+    /// system generator fails.
+    pub fn new(
+        key: &Arc<PayloadKey>,
+        part: u32,
+        header: Option<[u8; HEADER_SIZE]>,
+    ) -> Result<Self> {
+        let mut nonce = PartNonce::default();
+        crate::rand::fill(&mut nonce)?;
+        Self::with_part_nonce(key, part, header, nonce)
+    }
+
+    /// [`PartSealer::new`] with a chosen part nonce, for reproducible test vectors only.
+    /// Reusing a part nonce for other data under the same key breaks the AEAD.
+    ///
+    /// # Errors
+    /// As [`PartSealer::new`].
+    #[cfg(feature = "vectors")]
+    #[doc(hidden)]
+    pub fn for_vectors(
+        key: &Arc<PayloadKey>,
+        part: u32,
+        header: Option<[u8; HEADER_SIZE]>,
+        nonce: PartNonce,
+    ) -> Result<Self> {
+        Self::with_part_nonce(key, part, header, nonce)
+    }
+
+    fn with_part_nonce(
+        key: &Arc<PayloadKey>,
+        part: u32,
+        header: Option<[u8; HEADER_SIZE]>,
+        nonce: PartNonce,
+    ) -> Result<Self> {
         if part == 0 || part > crate::format::MAX_PART_NUMBER {
             return Err(Error::Malformed("part number out of range"));
         }
         Ok(Self {
-            key,
+            key: key.part_key(part, nonce),
+            nonce,
             part,
             index: 0,
             pending: Vec::with_capacity(SEGMENT_SIZE),
@@ -54,7 +90,7 @@ impl PartSealer {
     ) -> Result<Self> {
         let secrets = crate::ObjectSecrets::generate()?;
         let header = secrets.header(keyring, name, cipher, 0)?;
-        Self::new(Arc::new(secrets.payload_key(cipher)), 1, Some(header))
+        Self::new(&Arc::new(secrets.payload_key(cipher)), 1, Some(header))
     }
 
     /// Plaintext bytes taken so far.
@@ -63,17 +99,17 @@ impl PartSealer {
         self.written
     }
 
-    fn emit(&mut self, plaintext_is_pending: bool, input: &[u8], last: bool, out: &mut Vec<u8>) {
+    fn emit(&mut self, from_input: Option<&[u8]>, last: bool, out: &mut Vec<u8>) {
         let id = SegmentId {
             part: self.part,
             index: self.index,
             last,
         };
-        if plaintext_is_pending {
-            seal_into(&self.key, id, &self.pending, out);
-            self.pending.clear();
+        if let Some(plaintext) = from_input {
+            seal_into(&self.key, id, self.nonce, plaintext, out);
         } else {
-            seal_into(&self.key, id, input, out);
+            seal_into(&self.key, id, self.nonce, &self.pending, out);
+            self.pending.clear();
         }
         self.index += 1;
     }
@@ -92,12 +128,12 @@ impl Transform for PartSealer {
         while !input.is_empty() {
             if self.pending.len() == SEGMENT_SIZE {
                 // More data follows, so the held segment is not the last.
-                self.emit(true, &[], false, out);
+                self.emit(None, false, out);
             }
             if self.pending.is_empty() && input.len() > SEGMENT_SIZE {
                 // Seal straight from the input: saves a copy on large writes.
                 let (seg, rest) = input.split_at(SEGMENT_SIZE);
-                self.emit(false, seg, false, out);
+                self.emit(Some(seg), false, out);
                 input = rest;
                 continue;
             }
@@ -110,7 +146,7 @@ impl Transform for PartSealer {
 
     fn finish(&mut self, out: &mut Vec<u8>) -> Result<()> {
         self.take_header(out);
-        self.emit(true, &[], true, out);
+        self.emit(None, true, out);
         Ok(())
     }
 }

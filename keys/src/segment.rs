@@ -1,10 +1,14 @@
 //! One segment (SPEC 5.2): its clear prefix, its nonce, and sealing or opening it.
 
+use crate::cipher::AeadKey;
 use crate::format::{
-    FINAL_FLAG, MAX_PART_NUMBER, NONCE_SIZE, SEGMENT_PREFIX_SIZE, SEGMENT_SIZE, TRAILER_MARKER,
+    FINAL_FLAG, MAX_PART_NUMBER, NONCE_SIZE, PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE, SEGMENT_SIZE,
+    TAG_SIZE, TRAILER_MARKER,
 };
-use crate::header::PayloadKey;
 use crate::{Error, Result};
+
+/// The part nonce `R` of one upload of a part (SPEC 5.2).
+pub type PartNonce = [u8; PART_NONCE_SIZE];
 
 /// Where a segment belongs: part number, index within the part, and whether it is the
 /// part's last.
@@ -39,66 +43,90 @@ impl SegmentId {
 /// A parsed segment prefix: the clear fields a walking reader needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Prefix {
-    Segment { part: u32, last: bool, len: usize },
-    Trailer { table_len: usize },
+    Segment {
+        part: u32,
+        last: bool,
+        len: usize,
+        nonce: PartNonce,
+    },
+    Trailer,
 }
 
-pub(crate) fn encode_prefix(part: u32, last: bool, len: usize) -> [u8; SEGMENT_PREFIX_SIZE] {
+pub(crate) fn encode_prefix(
+    part: u32,
+    last: bool,
+    len: usize,
+    nonce: PartNonce,
+) -> [u8; SEGMENT_PREFIX_SIZE] {
     debug_assert!(len <= SEGMENT_SIZE);
-    let flags_len = if last { FINAL_FLAG } else { 0 }
-        | u32::try_from(len).expect("segment length fits 17 bits");
+    // SEGMENT_SIZE fits 17 bits, so the length never reaches the FINAL bit.
+    let len = u32::try_from(len).unwrap_or(0) & !FINAL_FLAG;
+    let flags_len = if last { FINAL_FLAG } else { 0 } | len;
     let mut p = [0u8; SEGMENT_PREFIX_SIZE];
     p[..4].copy_from_slice(&part.to_be_bytes());
-    p[4..].copy_from_slice(&flags_len.to_be_bytes());
+    p[4..8].copy_from_slice(&flags_len.to_be_bytes());
+    p[8..].copy_from_slice(&nonce);
     p
 }
 
-/// Parses and checks the structural rules of a prefix (lengths and part number ranges).
-pub(crate) fn parse_prefix(p: [u8; SEGMENT_PREFIX_SIZE]) -> Result<Prefix> {
-    let part = crate::be::u32_at(&p, 0);
-    let word = crate::be::u32_at(&p, 4);
+/// Parses a prefix and checks its structural rules (lengths, part number range). A prefix
+/// that breaks them is an altered segment; the caller names which one it expected.
+pub(crate) fn parse_prefix(p: &[u8; SEGMENT_PREFIX_SIZE]) -> Option<Prefix> {
+    let part = crate::be::u32_at(p, 0);
+    let word = crate::be::u32_at(p, 4);
     if part == TRAILER_MARKER {
-        return Ok(Prefix::Trailer {
-            table_len: word as usize,
-        });
-    }
-    if part == 0 || part > MAX_PART_NUMBER {
-        return Err(Error::Malformed("part number out of range"));
+        return Some(Prefix::Trailer);
     }
     let last = word & FINAL_FLAG != 0;
     let len = (word & !FINAL_FLAG) as usize;
-    if len > SEGMENT_SIZE || (!last && len != SEGMENT_SIZE) {
-        return Err(Error::Malformed("impossible segment length"));
-    }
-    Ok(Prefix::Segment { part, last, len })
+    let valid = part != 0
+        && part <= MAX_PART_NUMBER
+        && len <= SEGMENT_SIZE
+        && (last || len == SEGMENT_SIZE);
+    valid.then(|| Prefix::Segment {
+        part,
+        last,
+        len,
+        nonce: crate::be::array_at(p, 8),
+    })
 }
 
 /// Appends the sealed segment for `plaintext` to `out`.
-pub(crate) fn seal_into(key: &PayloadKey, id: SegmentId, plaintext: &[u8], out: &mut Vec<u8>) {
-    let prefix = encode_prefix(id.part, id.last, plaintext.len());
+pub(crate) fn seal_into(
+    key: &AeadKey,
+    id: SegmentId,
+    nonce: PartNonce,
+    plaintext: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let prefix = encode_prefix(id.part, id.last, plaintext.len(), nonce);
     out.extend_from_slice(&prefix);
     let start = out.len();
     out.extend_from_slice(plaintext);
-    key.aead.seal_append(id.nonce(), &prefix, out, start);
+    key.seal_append(id.nonce(), &prefix, out, start);
 }
 
-/// Opens one whole segment (prefix, ciphertext, tag) in place, checking that it is the
-/// segment `id` expects; returns the plaintext.
+/// Checks that a whole segment (prefix, ciphertext, tag) is the segment `id` with part
+/// nonce `nonce`, opens it in place, and returns the plaintext.
 pub(crate) fn open_in_place<'a>(
-    key: &PayloadKey,
+    key: &AeadKey,
     id: SegmentId,
+    nonce: PartNonce,
     segment: &'a mut [u8],
 ) -> Result<&'a mut [u8]> {
-    let (prefix, body) = segment.split_at_mut(SEGMENT_PREFIX_SIZE);
-    let prefix: [u8; SEGMENT_PREFIX_SIZE] = (&*prefix).try_into().expect("split at prefix size");
+    let Some((prefix, body)) = segment.split_first_chunk_mut::<SEGMENT_PREFIX_SIZE>() else {
+        return Err(Error::Truncated);
+    };
     match parse_prefix(prefix) {
-        Ok(Prefix::Segment { part, last, len })
-            if part == id.part
-                && last == id.last
-                && body.len() == len + crate::format::TAG_SIZE => {}
+        Some(Prefix::Segment {
+            part,
+            last,
+            len,
+            nonce: r,
+        }) if part == id.part && last == id.last && r == nonce && body.len() == len + TAG_SIZE => {}
         _ => return Err(id.tampered()),
     }
-    key.aead
-        .open(id.nonce(), &prefix, body)
+    let prefix = *prefix;
+    key.open(id.nonce(), &prefix, body)
         .map_err(|_| id.tampered())
 }

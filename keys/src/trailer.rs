@@ -1,7 +1,8 @@
 //! The trailer of irregular layouts (SPEC 5.3): writing it and reading it back.
 
 use crate::format::{
-    FULL_SEGMENT_SIZE, HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE, TRAILER_MARKER, TRAILER_NONCE,
+    FULL_SEGMENT_SIZE, HEADER_SIZE, MAX_PART_NUMBER, NONCE_SIZE, TAG_SIZE, TRAILER_HEAD_SIZE,
+    TRAILER_MARKER, TRAILER_RESIDUE,
 };
 use crate::header::PayloadKey;
 use crate::layout::{Layout, PartInfo, trailer_padding};
@@ -9,12 +10,13 @@ use crate::{Error, Result};
 
 const ENTRY_SIZE: usize = 12;
 const LEN_FIELD: usize = 8;
+const MIN_TRAILER_LEN: usize = TRAILER_HEAD_SIZE + 4 + ENTRY_SIZE + TAG_SIZE + LEN_FIELD;
 /// The longest trailer a reader accepts: a full table plus the most padding.
-pub const MAX_TRAILER_LEN: usize = SEGMENT_PREFIX_SIZE
+pub const MAX_TRAILER_LEN: usize = TRAILER_HEAD_SIZE
     + 4
-    + ENTRY_SIZE * crate::format::MAX_PART_NUMBER as usize
+    + ENTRY_SIZE * MAX_PART_NUMBER as usize
     + TAG_SIZE
-    + crate::format::FULL_SEGMENT_SIZE
+    + FULL_SEGMENT_SIZE
     + LEN_FIELD;
 
 fn tampered() -> Error {
@@ -24,89 +26,125 @@ fn tampered() -> Error {
     }
 }
 
-/// The trailer for a body whose parts (header included) are `body_len` bytes long.
+/// The trailer for a body whose header and parts are `body_len` bytes long.
 ///
 /// # Errors
-/// [`Error::Malformed`] for a table that [`Layout::table`] would reject.
+/// [`Error::Malformed`] for a table that [`Layout::table`] rejects, or a `body_len` that
+/// does not match it; [`Error::Random`] if the system generator fails.
 pub fn encode(key: &PayloadKey, parts: &[PartInfo], body_len: u64) -> Result<Vec<u8>> {
-    Layout::table(parts.to_vec())?;
-    if body_len < HEADER_SIZE as u64 {
-        return Err(Error::Malformed("a body is at least a header long"));
+    let mut nonce = [0u8; NONCE_SIZE];
+    crate::rand::fill(&mut nonce)?;
+    encode_with_nonce(key, parts, body_len, nonce)
+}
+
+/// [`encode`] with a chosen nonce, for reproducible test vectors only.
+///
+/// # Errors
+/// As [`encode`].
+#[cfg(feature = "vectors")]
+#[doc(hidden)]
+pub fn encode_for_vectors(
+    key: &PayloadKey,
+    parts: &[PartInfo],
+    body_len: u64,
+    nonce: [u8; NONCE_SIZE],
+) -> Result<Vec<u8>> {
+    encode_with_nonce(key, parts, body_len, nonce)
+}
+
+fn encode_with_nonce(
+    key: &PayloadKey,
+    parts: &[PartInfo],
+    body_len: u64,
+    nonce: [u8; NONCE_SIZE],
+) -> Result<Vec<u8>> {
+    let layout = Layout::table(parts)?;
+    if layout.body_len_without_trailer() != body_len {
+        return Err(Error::Malformed(
+            "body length does not match the layout table",
+        ));
     }
-    let too_long = |_| Error::Malformed("layout table too long");
     let mut table = Vec::with_capacity(4 + ENTRY_SIZE * parts.len());
-    table.extend_from_slice(&u32::try_from(parts.len()).map_err(too_long)?.to_be_bytes());
+    // Layout::table checked count <= MAX_PART_NUMBER, so both lengths fit a u32.
+    table.extend_from_slice(&u32::try_from(parts.len()).unwrap_or(u32::MAX).to_be_bytes());
     for p in parts {
         table.extend_from_slice(&p.number.to_be_bytes());
         table.extend_from_slice(&p.len.to_be_bytes());
     }
     let mut out = Vec::with_capacity(MAX_TRAILER_LEN.min(table.len() + 2 * FULL_SEGMENT_SIZE));
     out.extend_from_slice(&TRAILER_MARKER.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(table.len()).map_err(too_long)?.to_be_bytes());
-    let aad: [u8; SEGMENT_PREFIX_SIZE] = crate::be::array_at(&out, 0);
+    out.extend_from_slice(&u32::try_from(table.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(&nonce);
+    let aad: [u8; TRAILER_HEAD_SIZE] = crate::be::array_at(&out, 0);
     let start = out.len();
     out.extend_from_slice(&table);
-    key.aead.seal_append(TRAILER_NONCE, &aad, &mut out, start);
+    key.trailer_key().seal_append(nonce, &aad, &mut out, start);
     let padding = trailer_padding(body_len + (out.len() + LEN_FIELD) as u64);
-    out.resize(out.len() + usize::try_from(padding).map_err(too_long)?, 0);
+    out.resize(out.len() + usize::try_from(padding).unwrap_or(0), 0);
     let total = (out.len() + LEN_FIELD) as u64;
     out.extend_from_slice(&total.to_be_bytes());
     Ok(out)
 }
 
-/// Reads `trailer_len` from the last 8 bytes of a body.
+/// Reads `trailer_len` from the last 8 bytes of a body of `body_len` bytes, after checking
+/// that the body's size carries the trailer residue.
 ///
 /// # Errors
-/// [`Error::Malformed`] when the length is impossible for a body of `body_len` bytes.
+/// [`Error::Malformed`] when the residue or the length is impossible.
 pub fn trailer_len(last8: &[u8; 8], body_len: u64) -> Result<u64> {
+    let residue = body_len.saturating_sub(HEADER_SIZE as u64) % FULL_SEGMENT_SIZE as u64;
     let len = u64::from_be_bytes(*last8);
-    let min = (SEGMENT_PREFIX_SIZE + 4 + TAG_SIZE + LEN_FIELD) as u64;
-    if len < min
+    if residue != TRAILER_RESIDUE
+        || len < MIN_TRAILER_LEN as u64
         || len > MAX_TRAILER_LEN as u64
         || len > body_len.saturating_sub(HEADER_SIZE as u64)
     {
-        return Err(Error::Malformed("impossible trailer length"));
+        return Err(Error::Malformed("no valid trailer at the end of the body"));
     }
     Ok(len)
 }
 
-/// Opens a whole trailer and returns the layout it records. The caller checks it against
-/// the body's length with [`check_fits`].
+/// Opens a whole trailer and returns the layout it records, checked against the length
+/// of the body it ends (`body_len`, trailer included).
 ///
 /// # Errors
-/// `Malformed` for a trailer that breaks the structure, `TamperedSegment` (part
-/// `0xFFFFFFFF`) when it fails authentication.
-pub fn decode(key: &PayloadKey, trailer: &[u8]) -> Result<Layout> {
-    if trailer.len() < SEGMENT_PREFIX_SIZE + LEN_FIELD {
+/// `Truncated` when bytes are missing, `Malformed` for broken framing, `TamperedSegment`
+/// (part `0xFFFFFFFF`) when the table does not authenticate or the padding is not zero.
+pub fn decode(key: &PayloadKey, trailer: &[u8], body_len: u64) -> Result<Layout> {
+    let Some(head) = trailer.first_chunk::<TRAILER_HEAD_SIZE>() else {
         return Err(Error::Truncated);
-    }
-    let marker = crate::be::u32_at(trailer, 0);
-    let table_len = crate::be::u32_at(trailer, 4) as usize;
-    let declared = crate::be::u64_at(trailer, trailer.len() - LEN_FIELD);
-    if marker != TRAILER_MARKER || declared != trailer.len() as u64 {
+    };
+    if crate::be::u32_at(head, 0) != TRAILER_MARKER {
         return Err(Error::Malformed("trailer framing"));
     }
-    let sealed_end = SEGMENT_PREFIX_SIZE + table_len + TAG_SIZE;
-    if table_len < 4
-        || !(table_len - 4).is_multiple_of(ENTRY_SIZE)
-        || sealed_end + LEN_FIELD > trailer.len()
-    {
+    let table_len = crate::be::u32_at(head, 4) as usize;
+    if table_len < 4 + ENTRY_SIZE || table_len > 4 + ENTRY_SIZE * MAX_PART_NUMBER as usize {
         return Err(Error::Malformed("trailer table length"));
     }
-    if trailer[sealed_end..trailer.len() - LEN_FIELD]
-        .iter()
-        .any(|&b| b != 0)
-    {
+    let sealed_end = TRAILER_HEAD_SIZE + table_len + TAG_SIZE;
+    if trailer.len() < sealed_end + LEN_FIELD {
+        return Err(Error::Truncated);
+    }
+    let declared = crate::be::u64_at(trailer, trailer.len() - LEN_FIELD);
+    if declared != trailer.len() as u64 {
+        return Err(if declared > trailer.len() as u64 {
+            Error::Truncated
+        } else {
+            Error::Malformed("trailer length")
+        });
+    }
+    let padding = &trailer[sealed_end..trailer.len() - LEN_FIELD];
+    if padding.iter().any(|&b| b != 0) || padding.len() >= FULL_SEGMENT_SIZE {
         return Err(tampered());
     }
-    let aad: [u8; SEGMENT_PREFIX_SIZE] = crate::be::array_at(trailer, 0);
-    let mut sealed = trailer[SEGMENT_PREFIX_SIZE..sealed_end].to_vec();
+    let nonce: [u8; NONCE_SIZE] = crate::be::array_at(head, 8);
+    let mut sealed = trailer[TRAILER_HEAD_SIZE..sealed_end].to_vec();
     let table = key
-        .aead
-        .open(TRAILER_NONCE, &aad, &mut sealed)
+        .trailer_key()
+        .open(nonce, head, &mut sealed)
         .map_err(|_| tampered())?;
     let count = crate::be::u32_at(table, 0) as usize;
-    if count * ENTRY_SIZE + 4 != table.len() {
+    if count.checked_mul(ENTRY_SIZE).and_then(|n| n.checked_add(4)) != Some(table.len()) {
         return Err(tampered());
     }
     let parts = table[4..]
@@ -115,19 +153,20 @@ pub fn decode(key: &PayloadKey, trailer: &[u8]) -> Result<Layout> {
             number: crate::be::u32_at(e, 0),
             len: crate::be::u64_at(e, 4),
         })
-        .collect();
-    Layout::table(parts)
-}
-
-/// Checks that a body of `body_len` bytes is exactly header, the table's parts, and a
-/// trailer of `trailer_len` bytes.
-///
-/// # Errors
-/// `Truncated` or `Malformed` when it is not.
-pub fn check_fits(layout: &Layout, trailer_len: u64, body_len: u64) -> Result<()> {
-    let expected = HEADER_SIZE as u64 + layout.parts_ciphertext_len() + trailer_len;
+        .collect::<Vec<_>>();
+    let layout = Layout::table(&parts)?;
+    let expected = layout
+        .body_len_without_trailer()
+        .saturating_add(trailer.len() as u64);
     match expected.cmp(&body_len) {
-        std::cmp::Ordering::Equal => Ok(()),
+        // The padding is unauthenticated: it must be the one minimal length (SPEC 5.3).
+        std::cmp::Ordering::Equal
+            if body_len.saturating_sub(HEADER_SIZE as u64) % FULL_SEGMENT_SIZE as u64
+                != TRAILER_RESIDUE =>
+        {
+            Err(tampered())
+        }
+        std::cmp::Ordering::Equal => Ok(layout),
         std::cmp::Ordering::Greater => Err(Error::Truncated),
         std::cmp::Ordering::Less => Err(Error::Malformed("body longer than its trailer's layout")),
     }

@@ -78,7 +78,16 @@ pub fn run(
     let result = if let Some(f) = open_input(input)? {
         let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
         if let Some(r) = &range {
-            let (a, b) = resolve(r, reader.size())?;
+            let (a, b) = match (reader.size(), r) {
+                (Some(size), r) => resolve(r, size)?,
+                // An irregular body without its trailer: only a walk tells the size.
+                (None, Range::FromTo(a, b)) if a <= b => (*a, *b),
+                (None, Range::From(a)) => (*a, u64::MAX),
+                (None, _) => bail!(
+                    "this object's size is known only by reading it whole (irregular multipart \
+                     object without a layout trailer): ask for a range A-B or A-"
+                ),
+            };
             reader.read_range(a, b, &mut stdout)
         } else {
             reader.read_all(&mut stdout)

@@ -55,10 +55,7 @@ pub fn seal_multipart(
                     .header(kr, &name, cipher, data.len() as u64)
                     .unwrap()
             });
-            PartSealer::new(pk.clone(), *n, header)
-                .unwrap()
-                .run(data)
-                .unwrap()
+            PartSealer::new(&pk, *n, header).unwrap().run(data).unwrap()
         })
         .collect();
     sealed.reverse();
