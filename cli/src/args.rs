@@ -17,6 +17,59 @@ pub enum Command {
     /// Manage key files and decrypt objects offline.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Run the encrypting S3 gateway.
+    Gateway(GatewayArgs),
+}
+
+/// `kura gateway`: every flag has a config-file key of the same name (with `_`), and a
+/// flag wins over the file.
+///
+/// Without --upstream the gateway stores into a local directory (--data-dir), creating a
+/// key file and client credentials there on first start.
+#[derive(Args, Debug, Default)]
+pub struct GatewayArgs {
+    /// TOML config file (see gateway/README.md for every key).
+    #[arg(long, env = "KURA_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to serve S3 on [default: 127.0.0.1:9000].
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Separate address for /healthz, /readyz and /metrics (they are on --listen too).
+    #[arg(long)]
+    pub admin_listen: Option<std::net::SocketAddr>,
+    /// Embedded upstream: store ciphertext in this directory (used when no --upstream).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Upstream S3 endpoint URL (Backblaze B2, AWS S3, MinIO, Garage).
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Region to sign upstream requests for [default: us-east-1].
+    #[arg(long)]
+    pub upstream_region: Option<String>,
+    /// Path-style upstream requests.
+    #[arg(long)]
+    pub path_style: bool,
+    /// Extra CA bundle (PEM) to trust for the upstream's TLS.
+    #[arg(long)]
+    pub upstream_ca_bundle: Option<PathBuf>,
+    /// Key file (with --upstream, required; embedded: defaults to DATA_DIR/kura-keys.toml).
+    #[arg(long, env = "KURA_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Cipher for new objects: aes-256-gcm or chacha20-poly1305.
+    #[arg(long)]
+    pub cipher: Option<String>,
+    /// TLS certificate chain (PEM); with --tls-key, serve HTTPS.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Base domain (with port) for virtual-host-style requests: BUCKET.DOMAIN.
+    #[arg(long)]
+    pub virtual_host_domain: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    pub log_format: String,
 }
 
 #[derive(Subcommand, Debug)]

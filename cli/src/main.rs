@@ -2,6 +2,7 @@
 //! the command's own checked configuration, then dispatch.
 
 mod args;
+mod gateway;
 mod keys;
 
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ fn main() -> ExitCode {
     let args = args::Cli::parse();
     let result = match args.command {
         args::Command::Keys(cmd) => keys::run(cmd),
+        args::Command::Gateway(args) => gateway::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

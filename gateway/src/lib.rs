@@ -1,1 +1,34 @@
-//! The encrypting S3 gateway (issue 3); empty until then.
+//! kura's transparent, stateless, encrypting S3 gateway.
+//!
+//! Clients speak S3 to the gateway with their own credentials; the gateway verifies every
+//! request (SigV4, presigned URLs, aws-chunked streaming, with s3s), encrypts bodies on the
+//! way up with the format of `kura-keys`, decrypts them on the way down, and forwards each
+//! call to an upstream that holds only ciphertext.
+//!
+//! - [`config`]: the checked configuration, and the TOML file it can come from.
+//! - [`credentials`]: client access keys (s3s `S3Auth`) and which buckets each may use
+//!   (`S3Access`).
+//! - [`upstream`]: the store behind the gateway: an S3 service through aws-sdk-s3, or a local
+//!   directory served in-process (the embedded default), both behind s3s's `S3` trait.
+//! - `s3`: `impl S3` for [`Gateway`], thin, with one file per operation family.
+//! - `body`, `object`, `etag`, `upload_id`: the pieces those operations share.
+//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown.
+//!
+//! Nothing lives outside the upstream and the key file: the object header travels in the
+//! body, user metadata is sealed into object metadata, and a multipart upload's secrets
+//! travel inside the upload ID the client echoes back.
+
+pub mod config;
+pub mod credentials;
+pub mod metrics;
+pub mod server;
+pub mod upstream;
+
+mod body;
+mod etag;
+mod gateway;
+mod object;
+mod s3;
+mod upload_id;
+
+pub use gateway::Gateway;

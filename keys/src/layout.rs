@@ -220,6 +220,37 @@ impl Layout {
         }
     }
 
+    /// How many parts the object has (a `partNumber` read names one of them).
+    #[must_use]
+    pub fn part_count(&self) -> u32 {
+        match &self.0 {
+            Repr::Regular { size, part_size } if *part_size > 0 => {
+                u32::try_from(size.div_ceil(*part_size)).unwrap_or(u32::MAX)
+            }
+            Repr::Regular { .. } => 1,
+            Repr::Table { parts, .. } => u32::try_from(parts.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The plaintext bytes of the `n`-th part (1-based, in body order) as (start, length).
+    #[must_use]
+    pub fn part_span(&self, n: u32) -> Option<(u64, u64)> {
+        let i = u64::from(n.checked_sub(1)?);
+        match &self.0 {
+            Repr::Regular { size, part_size } if *part_size > 0 => {
+                let start = i
+                    .checked_mul(*part_size)
+                    .filter(|s| s < size || (*s == 0 && *size == 0))?;
+                Some((start, (*size - start).min(*part_size)))
+            }
+            Repr::Regular { size, .. } => (i == 0).then_some((0, *size)),
+            Repr::Table { parts, .. } => {
+                let (p, start, _) = parts.get(usize::try_from(i).ok()?)?;
+                Some((*start, p.len))
+            }
+        }
+    }
+
     /// The segment that holds plaintext offset `offset`, if `offset < size`.
     #[must_use]
     pub fn locate(&self, offset: u64) -> Option<SegmentPos> {

@@ -1,0 +1,131 @@
+//! Flags and config file to a checked `GatewayConfig`: flags win over the file, the file
+//! over defaults; secrets are resolved from their files or variables here, once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use kura_gateway::config::{
+    BucketScope, ClientCredential, FileConfig, GatewayConfig, TlsFiles, UpstreamConfig,
+};
+use kura_keys::{Cipher, Keyring};
+
+use super::embedded;
+use crate::args::GatewayArgs;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
+
+fn load_file(path: Option<&PathBuf>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config {}", path.display()))
+}
+
+fn load_keyring(path: &std::path::Path) -> anyhow::Result<Keyring> {
+    Ok(crate::keys::load_key_file(path)?)
+}
+
+pub fn build(args: GatewayArgs) -> anyhow::Result<GatewayConfig> {
+    let file = load_file(args.config.as_ref())?;
+    let listen = args
+        .listen
+        .or(file.listen)
+        .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default"));
+    let cipher_name = args
+        .cipher
+        .or(file.cipher)
+        .unwrap_or_else(|| "aes-256-gcm".into());
+    let cipher = Cipher::from_name(&cipher_name)
+        .with_context(|| format!("unknown cipher {cipher_name:?}"))?;
+    let upstream_url = args.upstream.or(file.upstream.url.clone());
+    let key_file = args.key_file.or(file.key_file);
+    let mut credentials = Vec::new();
+    for c in &file.credentials {
+        let secret = c
+            .secret
+            .resolve(&format!("credential {}", c.access_key_id))
+            .map_err(anyhow::Error::msg)?;
+        credentials.push(ClientCredential {
+            access_key: c.access_key_id.clone(),
+            secret: secret.into(),
+            buckets: BucketScope::from_list(&c.buckets),
+        });
+    }
+    if let (Ok(ak), Ok(sk)) = (
+        std::env::var("KURA_ACCESS_KEY_ID"),
+        std::env::var("KURA_SECRET_ACCESS_KEY"),
+    ) {
+        credentials.push(ClientCredential {
+            access_key: ak,
+            secret: sk.into(),
+            buckets: BucketScope::All,
+        });
+    }
+    let (upstream, keyring) = if let Some(url) = upstream_url {
+        let key_file = key_file.context("--key-file is required with --upstream")?;
+        let region = args
+            .upstream_region
+            .or(file.upstream.region.clone())
+            .unwrap_or_else(|| "us-east-1".into());
+        let static_creds = match &file.upstream.access_key_id {
+            Some(ak) => Some((
+                ak.clone(),
+                file.upstream
+                    .secret
+                    .resolve("upstream")
+                    .map_err(anyhow::Error::msg)?,
+            )),
+            None => None,
+        };
+        let upstream = UpstreamConfig::S3 {
+            url,
+            region,
+            path_style: args.path_style || file.upstream.path_style.unwrap_or(false),
+            ca_bundle: args.upstream_ca_bundle.or(file.upstream.ca_bundle.clone()),
+            credentials: static_creds,
+        };
+        (upstream, load_keyring(&key_file)?)
+    } else {
+        let dir = args
+            .data_dir
+            .or(file.data_dir)
+            .context("give --data-dir (embedded upstream) or --upstream URL")?;
+        let setup = embedded::prepare(&dir, key_file.as_deref(), credentials.is_empty())?;
+        credentials.extend(setup.credentials);
+        (
+            UpstreamConfig::Local {
+                dir: setup.objects_dir,
+            },
+            setup.keyring,
+        )
+    };
+    if credentials.is_empty() {
+        bail!(
+            "no client credentials: add [[credentials]] to the config file or set KURA_ACCESS_KEY_ID and KURA_SECRET_ACCESS_KEY"
+        );
+    }
+    let tls = match (
+        args.tls_cert.or(file.tls_cert),
+        args.tls_key.or(file.tls_key),
+    ) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (None, None) => None,
+        _ => bail!("--tls-cert and --tls-key go together"),
+    };
+    if tls.is_none() && !listen.ip().is_loopback() {
+        tracing::warn!(%listen, "serving plain HTTP on a non-loopback address: use --tls-cert/--tls-key unless a sidecar or mesh terminates TLS");
+    }
+    Ok(GatewayConfig {
+        listen,
+        admin_listen: args.admin_listen.or(file.admin_listen),
+        upstream,
+        keyring: Arc::new(keyring),
+        cipher,
+        credentials,
+        tls,
+        virtual_host_domain: args.virtual_host_domain.or(file.virtual_host_domain),
+    })
+}

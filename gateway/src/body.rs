@@ -1,0 +1,267 @@
+//! Bodies in flight: the client's plaintext sealed on the way up (with its length, MD5 and
+//! checksums verified before the last segment is released), and the upstream's ciphertext
+//! opened on the way down. Both stream with memory bounded by a few segments.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use kura_keys::Transform;
+use s3s::checksum::ChecksumHasher;
+use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Md5, Sha1, Sha256};
+use s3s::dto::StreamingBlob;
+use s3s::stream::{ByteStream, RemainingLength};
+use s3s::{S3Error, TrailingHeaders, s3_error};
+
+/// Where a failing body stream leaves the S3 error the client should get, since the
+/// upstream call only sees a broken stream.
+#[derive(Clone, Default)]
+pub(crate) struct FailureSlot(Arc<Mutex<Option<S3Error>>>);
+
+impl FailureSlot {
+    fn set(&self, e: S3Error) {
+        if let Ok(mut slot) = self.0.lock() {
+            slot.get_or_insert(e);
+        }
+    }
+
+    /// The recorded error, if the stream failed.
+    pub(crate) fn take(&self) -> Option<S3Error> {
+        self.0.lock().ok().and_then(|mut s| s.take())
+    }
+}
+
+/// What the client promised about its body.
+#[derive(Default)]
+pub(crate) struct Expect {
+    /// Decoded length (Content-Length or x-amz-decoded-content-length).
+    pub(crate) len: u64,
+    /// Content-MD5, base64.
+    pub(crate) md5: Option<String>,
+    /// Checksums sent as headers (`x-amz-checksum-*`), base64.
+    pub(crate) checksums: s3s::dto::Checksum,
+    /// Algorithms whose values arrive in the trailer (from `x-amz-trailer`).
+    pub(crate) trailer: Vec<String>,
+    /// The trailer, once the body has been read.
+    pub(crate) trailing: Option<TrailingHeaders>,
+}
+
+const ALGORITHMS: [&str; 5] = ["crc32", "crc32c", "crc64nvme", "sha1", "sha256"];
+
+fn header_value(c: &s3s::dto::Checksum, alg: &str) -> Option<String> {
+    match alg {
+        "crc32" => c.checksum_crc32.clone(),
+        "crc32c" => c.checksum_crc32c.clone(),
+        "crc64nvme" => c.checksum_crc64nvme.clone(),
+        "sha1" => c.checksum_sha1.clone(),
+        "sha256" => c.checksum_sha256.clone(),
+        _ => None,
+    }
+}
+
+/// Verifies a plaintext stream against its promises and seals it.
+pub(crate) struct VerifyingSealer {
+    sealer: kura_keys::PartSealer,
+    expect: Expect,
+    seen: u64,
+    md5: Option<Md5>,
+    hasher: ChecksumHasher,
+    failure: FailureSlot,
+}
+
+impl VerifyingSealer {
+    pub(crate) fn new(sealer: kura_keys::PartSealer, expect: Expect, failure: FailureSlot) -> Self {
+        let wants = |alg: &str| {
+            header_value(&expect.checksums, alg).is_some()
+                || expect.trailer.iter().any(|t| t == alg)
+        };
+        let hasher = ChecksumHasher {
+            crc32: wants("crc32").then(Crc32::new),
+            crc32c: wants("crc32c").then(Crc32c::new),
+            sha1: wants("sha1").then(Sha1::new),
+            sha256: wants("sha256").then(Sha256::new),
+            crc64nvme: wants("crc64nvme").then(Crc64Nvme::new),
+        };
+        let md5 = expect.md5.is_some().then(Md5::new);
+        Self {
+            sealer,
+            expect,
+            seen: 0,
+            md5,
+            hasher,
+            failure,
+        }
+    }
+
+    fn fail(&self, e: S3Error) -> kura_keys::Error {
+        let message = e.message().unwrap_or("upload rejected").to_string();
+        self.failure.set(e);
+        kura_keys::Error::Io(std::io::Error::other(message))
+    }
+
+    fn verify_end(&mut self) -> Result<(), S3Error> {
+        if self.seen != self.expect.len {
+            return Err(s3_error!(
+                IncompleteBody,
+                "the body had {} bytes, {} were declared",
+                self.seen,
+                self.expect.len
+            ));
+        }
+        if let (Some(md5), Some(want)) = (self.md5.take(), &self.expect.md5) {
+            if B64.encode(md5.finalize()) != *want {
+                return Err(s3_error!(
+                    BadDigest,
+                    "the Content-MD5 you specified did not match what was received"
+                ));
+            }
+        }
+        let got = std::mem::take(&mut self.hasher).finalize();
+        let trailer = self
+            .expect
+            .trailing
+            .as_ref()
+            .and_then(TrailingHeaders::take);
+        for alg in ALGORITHMS {
+            let from_trailer = trailer
+                .as_ref()
+                .and_then(|t| t.get(format!("x-amz-checksum-{alg}")))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let Some(want) = header_value(&self.expect.checksums, alg).or(from_trailer) else {
+                if self.expect.trailer.iter().any(|t| t == alg) {
+                    return Err(s3_error!(
+                        InvalidRequest,
+                        "the trailer did not carry the x-amz-checksum-{alg} it announced"
+                    ));
+                }
+                continue;
+            };
+            if header_value(&got, alg).as_deref() != Some(want.as_str()) {
+                return Err(s3_error!(
+                    BadDigest,
+                    "the {} you specified did not match the calculated checksum",
+                    alg.to_uppercase()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Transform for VerifyingSealer {
+    fn update(&mut self, input: &[u8], out: &mut Vec<u8>) -> kura_keys::Result<()> {
+        self.seen += input.len() as u64;
+        if self.seen > self.expect.len {
+            let e = s3_error!(
+                IncompleteBody,
+                "the body is longer than the {} bytes declared",
+                self.expect.len
+            );
+            return Err(self.fail(e));
+        }
+        if let Some(m) = &mut self.md5 {
+            m.update(input);
+        }
+        self.hasher.update(input);
+        self.sealer.update(input, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> kura_keys::Result<()> {
+        // The final segment leaves only once the body proved to be what the client sent:
+        // without it nothing stored would open.
+        if let Err(e) = self.verify_end() {
+            return Err(self.fail(e));
+        }
+        self.sealer.finish(out)
+    }
+}
+
+/// A stream with a known exact length, `Send + Sync` as s3s and the SDK need.
+pub(crate) struct Sized {
+    inner: Mutex<Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>>,
+    remaining: u64,
+}
+
+impl Stream for Sized {
+    type Item = Result<Bytes, s3s::StdError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = match self.inner.get_mut() {
+            Ok(inner) => inner.as_mut().poll_next(cx),
+            Err(_) => return Poll::Ready(Some(Err("body stream lock poisoned".into()))),
+        };
+        if let Poll::Ready(Some(Ok(b))) = &polled {
+            self.remaining = self.remaining.saturating_sub(b.len() as u64);
+        }
+        polled
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}
+
+impl ByteStream for Sized {
+    fn remaining_length(&self) -> RemainingLength {
+        RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
+    }
+}
+
+/// Runs `input` through `t` and returns a blob of exactly `len` bytes.
+pub(crate) fn transform<S, T>(input: S, t: T, len: u64) -> StreamingBlob
+where
+    S: Stream<Item = Result<Bytes, s3s::StdError>> + Send + 'static,
+    T: Transform + Send + 'static,
+{
+    let input = Box::pin(input.map(|r| r.map_err(std::io::Error::other)));
+    let out =
+        kura_keys::transform_stream(input, t).map(|r| r.map_err(|e| Box::new(e) as s3s::StdError));
+    sized(out, len)
+}
+
+/// A blob of exactly `len` bytes from `stream`.
+pub(crate) fn sized<S>(stream: S, len: u64) -> StreamingBlob
+where
+    S: Stream<Item = Result<Bytes, s3s::StdError>> + Send + 'static,
+{
+    StreamingBlob::new(Sized {
+        inner: Mutex::new(Box::pin(stream)),
+        remaining: len,
+    })
+}
+
+/// A blob that yields `first` and then the rest of `rest`.
+pub(crate) fn prepend(
+    first: Bytes,
+    rest: StreamingBlob,
+) -> impl Stream<Item = Result<Bytes, s3s::StdError>> + Send {
+    futures::stream::once(async move { Ok(first) }).chain(rest)
+}
+
+/// Reads the first `n` bytes of a blob (or fewer, if it ends), returning them and the rest.
+pub(crate) async fn read_prefix(
+    mut blob: StreamingBlob,
+    n: usize,
+) -> Result<(Vec<u8>, Bytes, StreamingBlob), S3Error> {
+    let mut head = Vec::with_capacity(n);
+    while head.len() < n {
+        match blob.next().await {
+            Some(Ok(mut b)) => {
+                let take = (n - head.len()).min(b.len());
+                head.extend_from_slice(&b.split_to(take));
+                if !b.is_empty() {
+                    return Ok((head, b, blob));
+                }
+            }
+            Some(Err(e)) => return Err(S3Error::with_source(s3s::S3ErrorCode::InternalError, e)),
+            None => break,
+        }
+    }
+    Ok((head, Bytes::new(), blob))
+}

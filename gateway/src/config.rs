@@ -1,0 +1,217 @@
+//! The gateway's configuration: the TOML file format ([`FileConfig`]) and the checked
+//! configuration ([`GatewayConfig`]) that the `kura gateway` command builds from the file
+//! and its flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kura_keys::{Cipher, Keyring};
+use serde::Deserialize;
+
+/// A secret given inline, in a file, or in an environment variable.
+#[derive(Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// The secret itself (discouraged: config files get copied around).
+    pub secret_access_key: Option<String>,
+    /// A file holding the secret (trailing newline ignored), e.g. a mounted Kubernetes secret.
+    pub secret_access_key_file: Option<PathBuf>,
+    /// An environment variable holding the secret.
+    pub secret_access_key_env: Option<String>,
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretSource")
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("secret_access_key_file", &self.secret_access_key_file)
+            .field("secret_access_key_env", &self.secret_access_key_env)
+            .finish()
+    }
+}
+
+impl SecretSource {
+    /// Resolves the secret, from exactly one of the three places.
+    ///
+    /// # Errors
+    /// A message when none or several are given, or the file or variable is missing.
+    pub fn resolve(&self, what: &str) -> Result<String, String> {
+        match (
+            &self.secret_access_key,
+            &self.secret_access_key_file,
+            &self.secret_access_key_env,
+        ) {
+            (Some(s), None, None) => Ok(s.clone()),
+            (None, Some(path), None) => std::fs::read_to_string(path)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| format!("{what}: reading {}: {e}", path.display())),
+            (None, None, Some(var)) => std::env::var(var)
+                .map_err(|_| format!("{what}: environment variable {var} is not set")),
+            (None, None, None) => Err(format!(
+                "{what}: no secret (give secret_access_key, _file or _env)"
+            )),
+            _ => Err(format!(
+                "{what}: give only one of secret_access_key, _file and _env"
+            )),
+        }
+    }
+}
+
+/// One client credential in the config file.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FileCredential {
+    /// The access key ID clients sign with.
+    pub access_key_id: String,
+    /// Its secret.
+    #[serde(flatten)]
+    pub secret: SecretSource,
+    /// Buckets this key may use; `["*"]` for all.
+    pub buckets: Vec<String>,
+}
+
+/// The upstream section of the config file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FileUpstream {
+    /// Endpoint URL of the S3 service (Backblaze B2, AWS S3, MinIO, Garage).
+    pub url: Option<String>,
+    /// Region to sign upstream requests for.
+    pub region: Option<String>,
+    /// Path-style upstream requests (`host/bucket/key`) instead of virtual-host style.
+    pub path_style: Option<bool>,
+    /// PEM bundle of CAs to trust for the upstream's TLS, in addition to the system's.
+    pub ca_bundle: Option<PathBuf>,
+    /// Upstream access key ID; without it the standard AWS chain is used (env, profile).
+    pub access_key_id: Option<String>,
+    /// Upstream secret, with `access_key_id`.
+    #[serde(flatten)]
+    pub secret: SecretSource,
+}
+
+/// The config file (`kura gateway --config FILE`). Every field has a flag of the same name
+/// (with dashes), and a flag wins over the file.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to serve S3 on.
+    pub listen: Option<SocketAddr>,
+    /// Separate address for `/healthz`, `/readyz` and `/metrics` (they are also on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// The key file.
+    pub key_file: Option<PathBuf>,
+    /// Directory of the embedded upstream (used when no upstream URL is set).
+    pub data_dir: Option<PathBuf>,
+    /// Cipher for new objects: `aes-256-gcm` (default) or `chacha20-poly1305`.
+    pub cipher: Option<String>,
+    /// Base domain for virtual-host-style requests (`bucket.DOMAIN`), with the port clients use.
+    pub virtual_host_domain: Option<String>,
+    /// TLS certificate chain (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Upstream S3 service.
+    #[serde(default)]
+    pub upstream: FileUpstream,
+    /// Client credentials.
+    #[serde(default)]
+    pub credentials: Vec<FileCredential>,
+}
+
+/// Which buckets a client key may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BucketScope {
+    /// Every bucket.
+    All,
+    /// Only these.
+    Only(Vec<String>),
+}
+
+impl BucketScope {
+    /// From a config list, where `*` means all.
+    #[must_use]
+    pub fn from_list(list: &[String]) -> Self {
+        if list.iter().any(|b| b == "*") {
+            BucketScope::All
+        } else {
+            BucketScope::Only(list.to_vec())
+        }
+    }
+
+    /// Whether `bucket` is in scope.
+    #[must_use]
+    pub fn allows(&self, bucket: &str) -> bool {
+        match self {
+            BucketScope::All => true,
+            BucketScope::Only(list) => list.iter().any(|b| b == bucket),
+        }
+    }
+}
+
+/// A checked client credential.
+#[derive(Clone)]
+pub struct ClientCredential {
+    /// Access key ID.
+    pub access_key: String,
+    /// Secret key (zeroized, never printed).
+    pub secret: s3s::auth::SecretKey,
+    /// Buckets it may use.
+    pub buckets: BucketScope,
+}
+
+/// Where the gateway stores ciphertext.
+#[derive(Clone, Debug)]
+pub enum UpstreamConfig {
+    /// The embedded default: a local directory, served in-process by s3s-fs, no HTTP hop.
+    Local {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// An S3 service reached with aws-sdk-s3.
+    S3 {
+        /// Endpoint URL.
+        url: String,
+        /// Signing region.
+        region: String,
+        /// Path-style addressing.
+        path_style: bool,
+        /// Extra CA bundle (PEM).
+        ca_bundle: Option<PathBuf>,
+        /// Static credentials; `None` for the AWS default chain.
+        credentials: Option<(String, String)>,
+    },
+}
+
+/// TLS certificate and key files.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
+/// Everything the gateway needs, checked.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    /// S3 listen address.
+    pub listen: SocketAddr,
+    /// Optional admin listen address.
+    pub admin_listen: Option<SocketAddr>,
+    /// Where ciphertext goes.
+    pub upstream: UpstreamConfig,
+    /// The keys.
+    pub keyring: Arc<Keyring>,
+    /// Cipher for new objects.
+    pub cipher: Cipher,
+    /// Client credentials.
+    pub credentials: Vec<ClientCredential>,
+    /// HTTPS, when set.
+    pub tls: Option<TlsFiles>,
+    /// Virtual-host base domain.
+    pub virtual_host_domain: Option<String>,
+}

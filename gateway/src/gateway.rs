@@ -1,0 +1,52 @@
+//! The gateway's state: the upstream, the keys, and a cache of verified object headers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kura_keys::{Cipher, Keyring};
+
+use crate::credentials::Credentials;
+use crate::metrics::Metrics;
+use crate::object::Located;
+use crate::upstream::Upstream;
+
+/// Cache key of a located object: bucket, key, version.
+pub(crate) type ObjectKey = (String, String, Option<String>);
+
+/// The encrypting S3 front: implements s3s's `S3` by calling the upstream's.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) upstream: Upstream,
+    pub(crate) keyring: Arc<Keyring>,
+    pub(crate) cipher: Cipher,
+    pub(crate) credentials: Credentials,
+    pub(crate) metrics: Metrics,
+    /// Verified headers and layouts by object, checked against the upstream ETag on use;
+    /// saves the header read on repeated range GETs (aws-cli, Kopia, restic).
+    pub(crate) located: moka::future::Cache<ObjectKey, Arc<Located>>,
+}
+
+impl Gateway {
+    /// A gateway over `upstream` with `keyring`, writing new objects with `cipher`.
+    #[must_use]
+    pub fn new(
+        upstream: Upstream,
+        keyring: Arc<Keyring>,
+        cipher: Cipher,
+        credentials: Credentials,
+        metrics: Metrics,
+    ) -> Self {
+        let located = moka::future::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_idle(Duration::from_secs(600))
+            .build();
+        Self {
+            upstream,
+            keyring,
+            cipher,
+            credentials,
+            metrics,
+            located,
+        }
+    }
+}

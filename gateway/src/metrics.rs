@@ -1,0 +1,187 @@
+//! Prometheus metrics, rendered by hand in the text exposition format: requests by method
+//! and status, latency histograms, operations and their errors, plaintext bytes in and out,
+//! upstream requests and upstream errors.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    requests: BTreeMap<(String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+    operations: BTreeMap<String, u64>,
+    operation_errors: BTreeMap<(String, String), u64>,
+    upstream_requests: BTreeMap<String, u64>,
+    upstream_errors: BTreeMap<(String, String), u64>,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// The gateway's counters; cheap to clone, shared by all requests.
+#[derive(Clone, Default)]
+pub struct Metrics(Arc<Mutex<Inner>>);
+
+impl Metrics {
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        if let Ok(mut inner) = self.0.lock() {
+            f(&mut inner);
+        }
+    }
+
+    /// One HTTP request finished.
+    pub fn request(&self, method: &str, status: u16, elapsed: Duration) {
+        self.with(|m| {
+            *m.requests.entry((method.to_string(), status)).or_default() += 1;
+            let h = m.latency.entry(method.to_string()).or_default();
+            let s = elapsed.as_secs_f64();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if s <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.sum += s;
+            h.count += 1;
+        });
+    }
+
+    /// An S3 operation ran; `error` is its S3 error code when it failed.
+    pub fn operation(&self, op: &str, error: Option<&str>) {
+        self.with(|m| {
+            *m.operations.entry(op.to_string()).or_default() += 1;
+            if let Some(code) = error {
+                *m.operation_errors
+                    .entry((op.to_string(), code.to_string()))
+                    .or_default() += 1;
+            }
+        });
+    }
+
+    /// A call to the upstream.
+    pub fn upstream_request(&self, op: &str) {
+        self.with(|m| *m.upstream_requests.entry(op.to_string()).or_default() += 1);
+    }
+
+    /// A failed call to the upstream.
+    pub fn upstream_error(&self, op: &str, code: &str) {
+        self.with(|m| {
+            *m.upstream_errors
+                .entry((op.to_string(), code.to_string()))
+                .or_default() += 1
+        });
+    }
+
+    /// Plaintext bytes received from clients.
+    pub fn bytes_in(&self, n: u64) {
+        self.with(|m| m.bytes_in += n);
+    }
+
+    /// Plaintext bytes sent to clients.
+    pub fn bytes_out(&self, n: u64) {
+        self.with(|m| m.bytes_out += n);
+    }
+
+    /// The metrics in Prometheus text format.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let Ok(m) = self.0.lock() else { return out };
+        let _ = writeln!(
+            out,
+            "# HELP kura_requests_total HTTP requests by method and status.\n# TYPE kura_requests_total counter"
+        );
+        for ((method, status), n) in &m.requests {
+            let _ = writeln!(
+                out,
+                "kura_requests_total{{method=\"{method}\",status=\"{status}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_request_duration_seconds HTTP request latency by method.\n# TYPE kura_request_duration_seconds histogram"
+        );
+        for (method, h) in &m.latency {
+            for (b, c) in BUCKETS.iter().zip(h.counts) {
+                let _ = writeln!(
+                    out,
+                    "kura_request_duration_seconds_bucket{{method=\"{method}\",le=\"{b}\"}} {c}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "kura_request_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "kura_request_duration_seconds_sum{{method=\"{method}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "kura_request_duration_seconds_count{{method=\"{method}\"}} {}",
+                h.count
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_operations_total S3 operations by name.\n# TYPE kura_operations_total counter"
+        );
+        for (op, n) in &m.operations {
+            let _ = writeln!(out, "kura_operations_total{{operation=\"{op}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_operation_errors_total Failed S3 operations by name and error code.\n# TYPE kura_operation_errors_total counter"
+        );
+        for ((op, code), n) in &m.operation_errors {
+            let _ = writeln!(
+                out,
+                "kura_operation_errors_total{{operation=\"{op}\",code=\"{code}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_upstream_requests_total Calls to the upstream by operation.\n# TYPE kura_upstream_requests_total counter"
+        );
+        for (op, n) in &m.upstream_requests {
+            let _ = writeln!(
+                out,
+                "kura_upstream_requests_total{{operation=\"{op}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_upstream_errors_total Failed upstream calls by operation and code.\n# TYPE kura_upstream_errors_total counter"
+        );
+        for ((op, code), n) in &m.upstream_errors {
+            let _ = writeln!(
+                out,
+                "kura_upstream_errors_total{{operation=\"{op}\",code=\"{code}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_bytes_in_total Plaintext bytes received from clients.\n# TYPE kura_bytes_in_total counter\nkura_bytes_in_total {}",
+            m.bytes_in
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kura_bytes_out_total Plaintext bytes sent to clients.\n# TYPE kura_bytes_out_total counter\nkura_bytes_out_total {}",
+            m.bytes_out
+        );
+        out
+    }
+}

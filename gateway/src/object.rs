@@ -1,0 +1,297 @@
+//! What the gateway knows about a stored object: its verified header and layout
+//! (`Located`), the plaintext sizes of listed objects, and its sealed user metadata.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use futures::StreamExt as _;
+use kura_keys::format::HEADER_SIZE;
+use kura_keys::{Header, Layout, ObjectName, ObjectSecrets, PayloadKey, SizeInfo, VerifiedHeader};
+use s3s::dto::{GetObjectInput, Metadata, Range, StreamingBlob, Timestamp};
+use s3s::{S3Error, S3Result, s3_error};
+
+use crate::gateway::Gateway;
+use crate::upstream::request;
+
+/// Metadata names (after `x-amz-meta-`) the gateway owns (SPEC 7).
+pub(crate) const META_SEALED: &str = kura_keys::SEALED_METADATA_NAME;
+pub(crate) const META_KEY: &str = "kura-key";
+
+/// A keys error as the S3 error a client gets.
+pub(crate) fn keys_error(e: &kura_keys::Error) -> S3Error {
+    use kura_keys::Error as E;
+    match e {
+        E::UnknownKeyId(id) => s3_error!(
+            InternalError,
+            "the object is encrypted under key {id}, which is not in the gateway's key file"
+        ),
+        E::WrongKey(id) => s3_error!(
+            InternalError,
+            "the key file holds a different key {id} than the object was written with"
+        ),
+        E::UnsupportedVersion(_) | E::UnsupportedCipher(_) => s3_error!(
+            InternalError,
+            "the stored object uses a format this gateway cannot read: {e}"
+        ),
+        E::RangeNotSatisfiable { size, .. } => range_not_satisfiable(*size),
+        _ => s3_error!(
+            InternalError,
+            "the stored object failed authentication: {e}"
+        ),
+    }
+}
+
+/// 416 with `Content-Range: bytes */size`, as S3 answers.
+pub(crate) fn range_not_satisfiable(size: u64) -> S3Error {
+    let mut e = s3_error!(InvalidRange, "the requested range is not satisfiable");
+    let mut h = http::HeaderMap::new();
+    if let Ok(v) = format!("bytes */{size}").parse() {
+        h.insert(http::header::CONTENT_RANGE, v);
+    }
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    e.set_headers(h);
+    e
+}
+
+/// Checks an object key the way S3 would before it reaches a filesystem upstream.
+pub(crate) fn check_key(key: &str) -> S3Result<()> {
+    if key.is_empty() || key.len() > 1024 {
+        return Err(s3_error!(
+            KeyTooLongError,
+            "object keys are 1 to 1024 bytes"
+        ));
+    }
+    if key.split('/').any(|seg| seg == ".." || seg == ".") || key.starts_with('/') {
+        // s3s-fs maps keys to paths; `..` would reach other buckets and its sidecar files.
+        return Err(s3_error!(
+            InvalidArgument,
+            "object keys with `.` or `..` segments are not accepted"
+        ));
+    }
+    Ok(())
+}
+
+/// Plaintext size of a listed object from its stored size, when the size alone tells
+/// (SPEC 6.1); `None` for an object with a trailer or not written by kura.
+pub(crate) fn listed_size(ciphertext_len: i64) -> Option<i64> {
+    match kura_keys::plaintext_size(u64::try_from(ciphertext_len).ok()?) {
+        Ok(SizeInfo::Aligned(n)) => i64::try_from(n).ok(),
+        _ => None,
+    }
+}
+
+/// An object whose header verified, with the keys and layout to read any byte of it.
+pub(crate) struct Located {
+    pub(crate) key: Arc<PayloadKey>,
+    pub(crate) layout: Layout,
+    pub(crate) upstream_etag: Option<String>,
+    pub(crate) last_modified: Option<Timestamp>,
+}
+
+impl Located {
+    /// The plaintext size.
+    pub(crate) fn size(&self) -> u64 {
+        self.layout.size()
+    }
+}
+
+/// Seals user metadata for an object with `secrets`, adding the header copy that lets a
+/// HEAD open it without reading the body.
+pub(crate) fn seal_metadata(
+    gw: &Gateway,
+    secrets: &ObjectSecrets,
+    header: &[u8; HEADER_SIZE],
+    user: Option<Metadata>,
+) -> S3Result<Metadata> {
+    let mut out = Metadata::new();
+    let pairs: Vec<(String, String)> = user
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !is_reserved(k))
+        .collect();
+    if !pairs.is_empty() {
+        let sealed = secrets
+            .seal_metadata(gw.cipher, &pairs)
+            .map_err(|e| s3_error!(InvalidArgument, "metadata: {e}"))?;
+        out.insert(META_SEALED.into(), sealed);
+    }
+    out.insert(META_KEY.into(), B64.encode(header));
+    Ok(out)
+}
+
+fn is_reserved(name: &str) -> bool {
+    name.eq_ignore_ascii_case(META_SEALED) || name.eq_ignore_ascii_case(META_KEY)
+}
+
+/// Verifies the header copy in an object's metadata.
+pub(crate) fn metadata_header(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    meta: Option<&Metadata>,
+) -> S3Result<Option<VerifiedHeader>> {
+    let Some(b64) = meta.and_then(|m| m.get(META_KEY)) else {
+        return Ok(None);
+    };
+    let bytes = B64
+        .decode(b64)
+        .map_err(|_| s3_error!(InternalError, "stored object metadata is damaged"))?;
+    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    Header::parse(&bytes)
+        .and_then(|h| h.verify(&gw.keyring, &name))
+        .map(Some)
+        .map_err(|e| keys_error(&e))
+}
+
+/// The user metadata of an object, opened; the gateway's own entries removed.
+pub(crate) fn open_metadata(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    meta: Option<Metadata>,
+) -> S3Result<Option<Metadata>> {
+    let Some(meta) = meta else { return Ok(None) };
+    let Some(sealed) = meta.get(META_SEALED) else {
+        let rest: Metadata = meta.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
+        return Ok((!rest.is_empty()).then_some(rest));
+    };
+    let verified = metadata_header(gw, bucket, key, Some(&meta))?
+        .ok_or_else(|| s3_error!(InternalError, "sealed metadata without its key header"))?;
+    let pairs = verified
+        .secrets()
+        .open_metadata(verified.header().cipher(), sealed)
+        .map_err(|e| keys_error(&e))?;
+    Ok(Some(pairs.into_iter().collect()))
+}
+
+async fn get_range(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    start: u64,
+    end: u64,
+    if_match: Option<&str>,
+) -> S3Result<s3s::dto::GetObjectOutput> {
+    let input = GetObjectInput {
+        bucket: bucket.into(),
+        key: key.into(),
+        version_id: version_id.map(Into::into),
+        range: Some(Range::Int {
+            first: start,
+            last: Some(end),
+        }),
+        if_match: if_match.map(|e| s3s::dto::ETagCondition::ETag(s3s::dto::ETag::Strong(e.into()))),
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("GetObject");
+    gw.upstream
+        .s3()
+        .get_object(request(input))
+        .await
+        .map(|r| r.output)
+}
+
+async fn collect(blob: Option<StreamingBlob>, limit: usize) -> S3Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let Some(mut blob) = blob else { return Ok(out) };
+    while let Some(chunk) = blob.next().await {
+        let chunk = chunk.map_err(|e| S3Error::with_source(s3s::S3ErrorCode::InternalError, e))?;
+        if out.len() + chunk.len() > limit {
+            return Err(s3_error!(
+                InternalError,
+                "upstream sent more than was asked for"
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn total_from_content_range(cr: Option<&str>) -> Option<u64> {
+    cr?.rsplit_once('/')?.1.parse().ok()
+}
+
+/// Finds, verifies and caches an object's header and layout (two small range reads on a
+/// miss: the header, and the trailer when the size says there is one).
+pub(crate) async fn locate(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<Arc<Located>> {
+    let cache_key = (
+        bucket.to_string(),
+        key.to_string(),
+        version_id.map(str::to_string),
+    );
+    if let Some(hit) = gw.located.get(&cache_key).await {
+        return Ok(hit);
+    }
+    let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, None).await?;
+    let ciphertext_len = total_from_content_range(head.content_range.as_deref())
+        .or_else(|| head.content_length.and_then(|n| u64::try_from(n).ok()))
+        .ok_or_else(|| s3_error!(InternalError, "upstream did not report the object size"))?;
+    let upstream_etag = head.e_tag.as_ref().map(|e| e.value().to_string());
+    let last_modified = head.last_modified.clone();
+    let bytes = collect(head.body, HEADER_SIZE).await?;
+    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let verified = Header::parse(&bytes)
+        .and_then(|h| h.verify(&gw.keyring, &name))
+        .map_err(|e| keys_error(&e))?;
+    let part_size = verified.header().part_size();
+    let payload = Arc::new(verified.into_payload_key());
+    let layout = match kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))? {
+        SizeInfo::Aligned(size) => Layout::regular(size, part_size).map_err(|e| keys_error(&e))?,
+        SizeInfo::Trailer => {
+            let tail = get_range(
+                gw,
+                bucket,
+                key,
+                version_id,
+                ciphertext_len - 8,
+                ciphertext_len - 1,
+                upstream_etag.as_deref(),
+            )
+            .await?;
+            let last8: [u8; 8] = collect(tail.body, 8)
+                .await?
+                .try_into()
+                .map_err(|_| s3_error!(InternalError, "short trailer read"))?;
+            let len = kura_keys::trailer::trailer_len(&last8, ciphertext_len)
+                .map_err(|e| keys_error(&e))?;
+            let t = get_range(
+                gw,
+                bucket,
+                key,
+                version_id,
+                ciphertext_len - len,
+                ciphertext_len - 1,
+                upstream_etag.as_deref(),
+            )
+            .await?;
+            let bytes = collect(t.body, usize::try_from(len).unwrap_or(usize::MAX)).await?;
+            kura_keys::trailer::decode(&payload, &bytes, ciphertext_len)
+                .map_err(|e| keys_error(&e))?
+        }
+    };
+    let located = Arc::new(Located {
+        key: payload,
+        layout,
+        upstream_etag,
+        last_modified,
+    });
+    gw.located.insert(cache_key, located.clone()).await;
+    Ok(located)
+}
+
+/// Forgets a cached object (after a write or delete through this gateway).
+pub(crate) async fn forget(gw: &Gateway, bucket: &str, key: &str) {
+    gw.located
+        .invalidate(&(bucket.to_string(), key.to_string(), None))
+        .await;
+}

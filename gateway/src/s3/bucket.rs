@@ -1,0 +1,60 @@
+//! Calls that carry no object bodies: bucket operations and Object Lock, passed through to
+//! the upstream as they are (only ListBuckets is filtered by the caller's buckets).
+
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use crate::gateway::Gateway;
+use crate::upstream::request;
+
+macro_rules! passthrough {
+    ($($name:ident: $input:ty => $output:ty, $op:literal;)*) => {
+        $(
+            pub(super) async fn $name(gw: &Gateway, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                gw.metrics.upstream_request($op);
+                let out = gw.upstream.s3().$name(request(req.input)).await?;
+                Ok(S3Response::new(out.output))
+            }
+        )*
+    };
+}
+
+passthrough! {
+    create_bucket: CreateBucketInput => CreateBucketOutput, "CreateBucket";
+    head_bucket: HeadBucketInput => HeadBucketOutput, "HeadBucket";
+    delete_bucket: DeleteBucketInput => DeleteBucketOutput, "DeleteBucket";
+    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput, "GetBucketLocation";
+    get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput, "GetBucketVersioning";
+    put_object_retention: PutObjectRetentionInput => PutObjectRetentionOutput, "PutObjectRetention";
+    get_object_retention: GetObjectRetentionInput => GetObjectRetentionOutput, "GetObjectRetention";
+    put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput, "PutObjectLegalHold";
+    get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput, "GetObjectLegalHold";
+    get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput, "GetObjectLockConfiguration";
+}
+
+/// The upstream's buckets, less those the caller's key may not use.
+pub(super) async fn list_buckets(
+    gw: &Gateway,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let scope = req
+        .credentials
+        .as_ref()
+        .and_then(|c| gw.credentials.scope(&c.access_key))
+        .cloned();
+    gw.metrics.upstream_request("ListBuckets");
+    let mut out = gw
+        .upstream
+        .s3()
+        .list_buckets(request(req.input))
+        .await?
+        .output;
+    if let Some(buckets) = &mut out.buckets {
+        buckets.retain(|b| {
+            b.name
+                .as_deref()
+                .is_some_and(|n| scope.as_ref().is_some_and(|s| s.allows(n)))
+        });
+    }
+    Ok(S3Response::new(out))
+}

@@ -1,0 +1,300 @@
+//! CopyObject and UploadPartCopy.
+//!
+//! CopyObject re-wraps instead of re-encrypting: the body's segments stay as they are and
+//! only the 164-byte header changes (bound to the new name). A copy onto itself (a metadata
+//! update) stays entirely server-side. A copy to another name streams the stored bytes
+//! through the gateway once, swapping the header; nothing is decrypted.
+//!
+//! UploadPartCopy must re-encrypt: the part belongs to another object with another key. It
+//! reads the source range through the gateway's range path and seals it as the part.
+
+use kura_keys::format::HEADER_SIZE;
+use kura_keys::{Header, ObjectName, PartSealer, RangeOpener};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+
+use super::get::Conditions;
+use crate::body;
+use crate::gateway::Gateway;
+use crate::object::{
+    META_KEY, META_SEALED, check_key, forget, keys_error, locate, metadata_header, seal_metadata,
+};
+use crate::upstream::request;
+use crate::{etag, upload_id};
+
+fn source(cs: &CopySource) -> S3Result<(String, String, Option<String>)> {
+    match cs {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_string),
+        )),
+        _ => Err(s3_error!(
+            NotImplemented,
+            "access point and outpost copy sources are not supported"
+        )),
+    }
+}
+
+pub(super) async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let (src_bucket, src_key, src_version) = source(&input.copy_source)?;
+    check_key(&src_key)?;
+    let conditions = Conditions {
+        if_match: input.copy_source_if_match.take(),
+        if_none_match: input.copy_source_if_none_match.take(),
+        if_modified_since: input.copy_source_if_modified_since.take(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+    };
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    gw.metrics.upstream_request("GetObject");
+    let src = GetObjectInput {
+        bucket: src_bucket.clone(),
+        key: src_key.clone(),
+        version_id: src_version.clone(),
+        ..Default::default()
+    };
+    let mut got = gw.upstream.s3().get_object(request(src)).await?.output;
+    let src_etag = got
+        .e_tag
+        .as_ref()
+        .map(|e| etag::to_client_value(e.value()))
+        .unwrap_or_default();
+    // A failed source condition is 412 for CopyObject, whichever kind.
+    conditions
+        .check(&src_etag, got.last_modified.as_ref())
+        .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))?;
+    let ciphertext_len = got
+        .content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
+    let blob = got
+        .body
+        .take()
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
+    let (head, rest, blob) = body::read_prefix(blob, HEADER_SIZE).await?;
+    let src_name = ObjectName::new(&src_bucket, &src_key).map_err(|e| keys_error(&e))?;
+    let verified = Header::parse(&head)
+        .and_then(|h| h.verify(&gw.keyring, &src_name))
+        .map_err(|e| keys_error(&e))?;
+    let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+    let new_header = verified
+        .rewrap(&gw.keyring, &dst_name)
+        .map_err(|e| keys_error(&e))?;
+    let cipher = verified.header().cipher();
+    let secrets = verified.secrets();
+    let meta_header = secrets
+        .header(&gw.keyring, &dst_name, cipher, 0)
+        .map_err(|e| keys_error(&e))?;
+    let metadata = if replace {
+        seal_metadata(gw, secrets, &meta_header, input.metadata.take())?
+    } else {
+        // The sealed metadata is bound to the data key, which a copy keeps: only the header
+        // copy that opens it is re-wrapped for the new name.
+        let mut m = Metadata::new();
+        if let Some(sealed) = got.metadata.as_ref().and_then(|m| m.get(META_SEALED)) {
+            m.insert(META_SEALED.into(), sealed.clone());
+        }
+        m.insert(
+            META_KEY.into(),
+            base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                meta_header,
+            ),
+        );
+        m
+    };
+    let stream = futures::stream::iter([Ok(bytes::Bytes::copy_from_slice(&new_header)), Ok(rest)]);
+    let stream = futures::StreamExt::chain(stream, blob);
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    let put = PutObjectInput {
+        bucket: input.bucket,
+        key: input.key,
+        body: Some(body::sized(stream, ciphertext_len)),
+        content_length: Some(i64::try_from(ciphertext_len).unwrap_or(i64::MAX)),
+        metadata: Some(metadata),
+        content_type: if replace {
+            input.content_type
+        } else {
+            got.content_type
+        },
+        cache_control: if replace {
+            input.cache_control
+        } else {
+            got.cache_control
+        },
+        content_disposition: if replace {
+            input.content_disposition
+        } else {
+            got.content_disposition
+        },
+        content_encoding: if replace {
+            input.content_encoding
+        } else {
+            got.content_encoding
+        },
+        storage_class: input.storage_class,
+        object_lock_mode: input.object_lock_mode,
+        object_lock_retain_until_date: input.object_lock_retain_until_date,
+        object_lock_legal_hold_status: input.object_lock_legal_hold_status,
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("PutObject");
+    let out = gw.upstream.s3().put_object(request(put)).await;
+    forget(gw, &bucket, &key).await;
+    let out = out?.output;
+    let output = CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: out.e_tag.as_ref().map(etag::to_client),
+            last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
+            ..Default::default()
+        }),
+        version_id: out.version_id,
+        copy_source_version_id: got.version_id,
+        ..Default::default()
+    };
+    let _ = metadata_header;
+    Ok(S3Response::new(output))
+}
+
+fn parse_copy_range(r: &str) -> S3Result<(u64, u64)> {
+    let bad = || {
+        s3_error!(
+            InvalidArgument,
+            "x-amz-copy-source-range must be bytes=first-last"
+        )
+    };
+    let (a, b) = r
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let (a, b) = (
+        a.parse::<u64>().map_err(|_| bad())?,
+        b.parse::<u64>().map_err(|_| bad())?,
+    );
+    if a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+pub(super) async fn upload_part_copy(
+    gw: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let (src_bucket, src_key, src_version) = source(&input.copy_source)?;
+    check_key(&src_key)?;
+    let (upstream_id, secrets, cipher) =
+        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+    let part = u32::try_from(input.part_number)
+        .ok()
+        .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
+        .ok_or_else(|| s3_error!(InvalidArgument, "part numbers run from 1 to 10000"))?;
+    let located = locate(gw, &src_bucket, &src_key, src_version.as_deref()).await?;
+    let src_etag = located
+        .upstream_etag
+        .as_deref()
+        .map(etag::to_client_value)
+        .unwrap_or_default();
+    let conditions = Conditions {
+        if_match: input.copy_source_if_match.take(),
+        if_none_match: input.copy_source_if_none_match.take(),
+        if_modified_since: input.copy_source_if_modified_since.take(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+    };
+    conditions
+        .check(&src_etag, located.last_modified.as_ref())
+        .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))?;
+    let size = located.size();
+    let (start, end) = match input.copy_source_range.as_deref() {
+        Some(r) => parse_copy_range(r)?,
+        None if size > 0 => (0, size - 1),
+        None => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "cannot copy a part from an empty object"
+            ));
+        }
+    };
+    if end >= size {
+        return Err(s3_error!(
+            InvalidRange,
+            "the copy range is outside the source object"
+        ));
+    }
+    let len = end - start + 1;
+    let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
+        .map_err(|e| keys_error(&e))?;
+    let get = GetObjectInput {
+        bucket: src_bucket,
+        key: src_key,
+        version_id: src_version,
+        range: Some(Range::Int {
+            first: ct.start,
+            last: Some(ct.end),
+        }),
+        if_match: located
+            .upstream_etag
+            .clone()
+            .map(|e| ETagCondition::ETag(ETag::Strong(e))),
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("GetObject");
+    let src_blob = gw
+        .upstream
+        .s3()
+        .get_object(request(get))
+        .await?
+        .output
+        .body
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
+    let plain = body::transform(src_blob, opener, len);
+    let header = if part == 1 {
+        let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+        Some(
+            secrets
+                .header(&gw.keyring, &name, cipher, len)
+                .map_err(|e| keys_error(&e))?,
+        )
+    } else {
+        None
+    };
+    let payload = std::sync::Arc::new(secrets.payload_key(cipher));
+    let sealer = PartSealer::new(&payload, part, header).map_err(|e| keys_error(&e))?;
+    let part_len = kura_keys::part_ciphertext_len(len).ok_or_else(|| s3_error!(EntityTooLarge))?
+        + if part == 1 { HEADER_SIZE as u64 } else { 0 };
+    let sealed = body::transform(plain, sealer, part_len);
+    let up = UploadPartInput {
+        bucket: input.bucket,
+        key: input.key,
+        upload_id: upstream_id,
+        part_number: input.part_number,
+        body: Some(sealed),
+        content_length: Some(i64::try_from(part_len).unwrap_or(i64::MAX)),
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("UploadPart");
+    let out = gw.upstream.s3().upload_part(request(up)).await?.output;
+    let output = UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: out.e_tag,
+            last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(S3Response::new(output))
+}

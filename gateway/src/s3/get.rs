@@ -1,0 +1,340 @@
+//! GetObject and HeadObject: sizes, ETags and metadata as the client wrote them, every
+//! range form S3 accepts, `partNumber`, and the If-* conditions, decrypting on the way
+//! down. A whole-object read verifies the header before it answers; a range read fetches
+//! only the segments it needs (the header comes from the cache or one small read).
+
+use kura_keys::format::HEADER_SIZE;
+use kura_keys::{BodyOpener, Header, ObjectName, RangeOpener, SizeInfo};
+use s3s::dto::{
+    ETag, ETagCondition, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Range,
+    Timestamp,
+};
+use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
+
+use crate::gateway::Gateway;
+use crate::object::{
+    Located, check_key, forget, keys_error, locate, open_metadata, range_not_satisfiable,
+};
+use crate::upstream::request;
+use crate::{body, etag};
+
+/// The If-* headers of a read.
+pub(super) struct Conditions {
+    pub(super) if_match: Option<ETagCondition>,
+    pub(super) if_none_match: Option<ETagCondition>,
+    pub(super) if_modified_since: Option<Timestamp>,
+    pub(super) if_unmodified_since: Option<Timestamp>,
+}
+
+fn not_modified(client_etag: &str) -> S3Error {
+    let mut e = s3_error!(NotModified);
+    let mut h = http::HeaderMap::new();
+    if let Ok(v) = format!("\"{client_etag}\"").parse() {
+        h.insert(http::header::ETAG, v);
+    }
+    e.set_headers(h);
+    e
+}
+
+impl Conditions {
+    /// Evaluates the conditions in the order RFC 9110 section 13.2.2 gives them.
+    pub(super) fn check(
+        &self,
+        client_etag: &str,
+        last_modified: Option<&Timestamp>,
+    ) -> S3Result<()> {
+        let modified = last_modified.map(|t| time::OffsetDateTime::from(t.clone()));
+        let at = |t: &Timestamp| time::OffsetDateTime::from(t.clone());
+        if let Some(c) = &self.if_match {
+            if !etag::condition_matches(c, client_etag) {
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "At least one of the pre-conditions you specified did not hold"
+                ));
+            }
+        } else if let (Some(since), Some(m)) = (&self.if_unmodified_since, modified) {
+            if m > at(since) {
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "At least one of the pre-conditions you specified did not hold"
+                ));
+            }
+        }
+        if let Some(c) = &self.if_none_match {
+            if etag::condition_matches(c, client_etag) {
+                return Err(not_modified(client_etag));
+            }
+        } else if let (Some(since), Some(m)) = (&self.if_modified_since, modified) {
+            if m <= at(since) {
+                return Err(not_modified(client_etag));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The inclusive plaintext span a range or part number asks for, clamped as S3 does.
+fn span(
+    size: u64,
+    range: Option<&Range>,
+    part: Option<i32>,
+    located: &Located,
+) -> S3Result<(u64, u64)> {
+    if let Some(n) = part {
+        let n = u32::try_from(n)
+            .map_err(|_| s3_error!(InvalidArgument, "partNumber must be positive"))?;
+        let (start, len) = located
+            .layout
+            .part_span(n)
+            .ok_or_else(|| invalid_part_number(located.layout.part_count()))?;
+        if len == 0 {
+            return Err(range_not_satisfiable(size));
+        }
+        return Ok((start, start + len - 1));
+    }
+    let r = range.ok_or_else(|| s3_error!(InternalError, "no range"))?;
+    let within = r.check(size).map_err(|_| range_not_satisfiable(size))?;
+    Ok((within.start, within.end - 1))
+}
+
+/// 416 InvalidPartNumber, as S3 answers a `partNumber` past the last part.
+fn invalid_part_number(count: u32) -> S3Error {
+    let mut e = S3Error::with_message(
+        s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+        format!("the object has {count} parts"),
+    );
+    e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+    e
+}
+
+fn conditions_of_get(input: &GetObjectInput) -> Conditions {
+    Conditions {
+        if_match: input.if_match.clone(),
+        if_none_match: input.if_none_match.clone(),
+        if_modified_since: input.if_modified_since.clone(),
+        if_unmodified_since: input.if_unmodified_since.clone(),
+    }
+}
+
+pub(super) async fn get_object(
+    gw: &Gateway,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let input = req.input;
+    check_key(&input.key)?;
+    if input.range.is_some() || input.part_number.is_some() {
+        return get_span(gw, input, true).await;
+    }
+    let conditions = conditions_of_get(&input);
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    let up = GetObjectInput {
+        bucket: input.bucket,
+        key: input.key,
+        version_id: input.version_id,
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("GetObject");
+    let mut out = gw.upstream.s3().get_object(request(up)).await?.output;
+    let client_etag = out
+        .e_tag
+        .as_ref()
+        .map(|e| etag::to_client_value(e.value()))
+        .unwrap_or_default();
+    conditions.check(&client_etag, out.last_modified.as_ref())?;
+    let ciphertext_len = out
+        .content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
+    let size_info = kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))?;
+    let size = match size_info {
+        SizeInfo::Aligned(n) => n,
+        SizeInfo::Trailer => locate(gw, &bucket, &key, out.version_id.as_deref())
+            .await?
+            .size(),
+    };
+    let blob = out
+        .body
+        .take()
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
+    // Verify the header before answering: a body that is not ours, or not for this name,
+    // is an error response, not a 200 that breaks off.
+    let (head, rest, blob) = body::read_prefix(blob, HEADER_SIZE).await?;
+    let name = ObjectName::new(&bucket, &key).map_err(|e| keys_error(&e))?;
+    let verified = Header::parse(&head)
+        .and_then(|h| h.verify(&gw.keyring, &name))
+        .map_err(|e| keys_error(&e))?;
+    let opener = BodyOpener::after_header(verified.into_payload_key())
+        .expect_trailer(size_info == SizeInfo::Trailer);
+    let plain = body::transform(body::prepend(rest, blob), opener, size);
+    gw.metrics.bytes_out(size);
+    let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    let output = GetObjectOutput {
+        body: Some(plain),
+        content_length: Some(i64::try_from(size).unwrap_or(i64::MAX)),
+        e_tag: Some(ETag::Strong(client_etag)),
+        metadata,
+        accept_ranges: Some("bytes".into()),
+        content_range: None,
+        checksum_crc32: None,
+        checksum_crc32c: None,
+        checksum_crc64nvme: None,
+        checksum_sha1: None,
+        checksum_sha256: None,
+        checksum_type: None,
+        ..out
+    };
+    Ok(S3Response::new(output))
+}
+
+/// A range or part read: locate the object, then fetch and open only its segments.
+async fn get_span(
+    gw: &Gateway,
+    input: GetObjectInput,
+    retry: bool,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let (bucket, key, version) = (
+        input.bucket.clone(),
+        input.key.clone(),
+        input.version_id.clone(),
+    );
+    let located = locate(gw, &bucket, &key, version.as_deref()).await?;
+    let client_etag = located
+        .upstream_etag
+        .as_deref()
+        .map(etag::to_client_value)
+        .unwrap_or_default();
+    conditions_of_get(&input).check(&client_etag, located.last_modified.as_ref())?;
+    let size = located.size();
+    let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
+    let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
+        .map_err(|e| keys_error(&e))?;
+    let up = GetObjectInput {
+        bucket: bucket.clone(),
+        key: key.clone(),
+        version_id: version.clone(),
+        range: Some(Range::Int {
+            first: ct.start,
+            last: Some(ct.end),
+        }),
+        if_match: located
+            .upstream_etag
+            .clone()
+            .map(|e| ETagCondition::ETag(ETag::Strong(e))),
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("GetObject");
+    let result = gw.upstream.s3().get_object(request(up)).await;
+    let changed = match &result {
+        Err(e) => *e.code() == s3s::S3ErrorCode::PreconditionFailed,
+        Ok(r) => r.output.e_tag.as_ref().map(|e| e.value()) != located.upstream_etag.as_deref(),
+    };
+    if changed {
+        // The object changed since its header was cached: look again, once.
+        forget(gw, &bucket, &key).await;
+        gw.located
+            .invalidate(&(bucket.clone(), key.clone(), version.clone()))
+            .await;
+        if retry {
+            return Box::pin(get_span(gw, input, false)).await;
+        }
+        return Err(s3_error!(
+            InternalError,
+            "the object changed while it was being read"
+        ));
+    }
+    let mut out = result?.output;
+    let blob = out
+        .body
+        .take()
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
+    let len = end - start + 1;
+    let plain = body::transform(blob, opener, len);
+    gw.metrics.bytes_out(len);
+    let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    let output = GetObjectOutput {
+        body: Some(plain),
+        content_length: Some(i64::try_from(len).unwrap_or(i64::MAX)),
+        content_range: Some(format!("bytes {start}-{end}/{size}")),
+        e_tag: Some(ETag::Strong(client_etag)),
+        metadata,
+        accept_ranges: Some("bytes".into()),
+        parts_count: input
+            .part_number
+            .map(|_| i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX)),
+        checksum_crc32: None,
+        checksum_crc32c: None,
+        checksum_crc64nvme: None,
+        checksum_sha1: None,
+        checksum_sha256: None,
+        checksum_type: None,
+        ..out
+    };
+    Ok(S3Response::new(output))
+}
+
+pub(super) async fn head_object(
+    gw: &Gateway,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let input = req.input;
+    check_key(&input.key)?;
+    let conditions = Conditions {
+        if_match: input.if_match.clone(),
+        if_none_match: input.if_none_match.clone(),
+        if_modified_since: input.if_modified_since.clone(),
+        if_unmodified_since: input.if_unmodified_since.clone(),
+    };
+    let (bucket, key, part) = (input.bucket.clone(), input.key.clone(), input.part_number);
+    let up = HeadObjectInput {
+        bucket: input.bucket,
+        key: input.key,
+        version_id: input.version_id,
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("HeadObject");
+    let mut out = gw.upstream.s3().head_object(request(up)).await?.output;
+    let client_etag = out
+        .e_tag
+        .as_ref()
+        .map(|e| etag::to_client_value(e.value()))
+        .unwrap_or_default();
+    conditions.check(&client_etag, out.last_modified.as_ref())?;
+    let ciphertext_len = out
+        .content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
+    let (mut size, mut parts_count) = (None, None);
+    if let Ok(SizeInfo::Aligned(n)) = kura_keys::plaintext_size(ciphertext_len) {
+        size = Some(n);
+    }
+    if size.is_none() || part.is_some() {
+        let located = locate(gw, &bucket, &key, out.version_id.as_deref()).await?;
+        size = Some(located.size());
+        if let Some(n) = part {
+            let n = u32::try_from(n)
+                .map_err(|_| s3_error!(InvalidArgument, "partNumber must be positive"))?;
+            let (_, len) = located
+                .layout
+                .part_span(n)
+                .ok_or_else(|| invalid_part_number(located.layout.part_count()))?;
+            size = Some(len);
+            parts_count = Some(i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX));
+        }
+    }
+    let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    let output = HeadObjectOutput {
+        content_length: size.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        e_tag: Some(ETag::Strong(client_etag)),
+        metadata,
+        accept_ranges: Some("bytes".into()),
+        parts_count,
+        checksum_crc32: None,
+        checksum_crc32c: None,
+        checksum_crc64nvme: None,
+        checksum_sha1: None,
+        checksum_sha256: None,
+        checksum_type: None,
+        ..out
+    };
+    Ok(S3Response::new(output))
+}

@@ -1,0 +1,79 @@
+//! `impl S3 for Gateway`: a thin table from each S3 operation to the file of its family
+//! (as Garage's `api/s3/`), each call counted in the metrics.
+
+mod bucket;
+mod copy;
+mod delete;
+mod get;
+mod list;
+mod multipart;
+mod put;
+
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result};
+
+use crate::gateway::Gateway;
+
+impl Gateway {
+    async fn counted<T>(
+        &self,
+        op: &str,
+        fut: impl std::future::Future<Output = S3Result<T>>,
+    ) -> S3Result<T> {
+        let r = fut.await;
+        self.metrics
+            .operation(op, r.as_ref().err().map(|e| e.code().as_str()));
+        if let Err(e) = &r {
+            tracing::debug!(
+                operation = op,
+                code = e.code().as_str(),
+                message = e.message().unwrap_or(""),
+                "operation failed"
+            );
+        }
+        r
+    }
+}
+
+macro_rules! ops {
+    ($($name:ident: $input:ty => $output:ty = $op:literal, $imp:path;)*) => {
+        #[async_trait::async_trait]
+        impl S3 for Gateway {
+            $(
+                async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    self.counted($op, $imp(self, req)).await
+                }
+            )*
+        }
+    };
+}
+
+ops! {
+    put_object: PutObjectInput => PutObjectOutput = "PutObject", put::put_object;
+    get_object: GetObjectInput => GetObjectOutput = "GetObject", get::get_object;
+    head_object: HeadObjectInput => HeadObjectOutput = "HeadObject", get::head_object;
+    delete_object: DeleteObjectInput => DeleteObjectOutput = "DeleteObject", delete::delete_object;
+    delete_objects: DeleteObjectsInput => DeleteObjectsOutput = "DeleteObjects", delete::delete_objects;
+    list_objects: ListObjectsInput => ListObjectsOutput = "ListObjects", list::list_objects;
+    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output = "ListObjectsV2", list::list_objects_v2;
+    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput = "ListObjectVersions", list::list_object_versions;
+    copy_object: CopyObjectInput => CopyObjectOutput = "CopyObject", copy::copy_object;
+    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput = "CreateMultipartUpload", multipart::create;
+    upload_part: UploadPartInput => UploadPartOutput = "UploadPart", multipart::upload_part;
+    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput = "UploadPartCopy", copy::upload_part_copy;
+    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput = "CompleteMultipartUpload", multipart::complete;
+    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput = "AbortMultipartUpload", multipart::abort;
+    list_parts: ListPartsInput => ListPartsOutput = "ListParts", multipart::list_parts;
+    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput = "ListMultipartUploads", multipart::list_uploads;
+    list_buckets: ListBucketsInput => ListBucketsOutput = "ListBuckets", bucket::list_buckets;
+    create_bucket: CreateBucketInput => CreateBucketOutput = "CreateBucket", bucket::create_bucket;
+    head_bucket: HeadBucketInput => HeadBucketOutput = "HeadBucket", bucket::head_bucket;
+    delete_bucket: DeleteBucketInput => DeleteBucketOutput = "DeleteBucket", bucket::delete_bucket;
+    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput = "GetBucketLocation", bucket::get_bucket_location;
+    get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput = "GetBucketVersioning", bucket::get_bucket_versioning;
+    put_object_retention: PutObjectRetentionInput => PutObjectRetentionOutput = "PutObjectRetention", bucket::put_object_retention;
+    get_object_retention: GetObjectRetentionInput => GetObjectRetentionOutput = "GetObjectRetention", bucket::get_object_retention;
+    put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput = "PutObjectLegalHold", bucket::put_object_legal_hold;
+    get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput = "GetObjectLegalHold", bucket::get_object_legal_hold;
+    get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput = "GetObjectLockConfiguration", bucket::get_object_lock_configuration;
+}

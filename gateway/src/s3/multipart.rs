@@ -1,0 +1,494 @@
+//! The multipart family. Each part is sealed on its own (SPEC 5.2), by whichever replica
+//! receives it: the object's secrets travel in the upload ID (`upload_id.rs`). Part 1
+//! carries the header, with `P` = its plaintext length. At completion the gateway checks
+//! the layout; an irregular one (unequal or unaligned parts, gaps) gets its trailer (SPEC
+//! 5.3) appended by a server-side copy, so that listings keep exact sizes.
+
+use std::sync::Arc;
+
+use kura_keys::format::{HEADER_SIZE, SEGMENT_SIZE};
+use kura_keys::{Layout, ObjectName, PartInfo, PartSealer, PayloadKey, SizeInfo};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+
+use super::put::{expectations, header_checksums, seal_body, strip_aws_chunked};
+use crate::gateway::Gateway;
+use crate::object::{check_key, forget, keys_error, seal_metadata};
+use crate::upstream::request;
+use crate::{etag, upload_id};
+
+/// Largest piece of a server-side copy (S3's limit for one UploadPartCopy).
+const MAX_COPY_PART: u64 = 5 << 30;
+
+pub(super) async fn create(
+    gw: &Gateway,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+    let secrets = kura_keys::ObjectSecrets::generate().map_err(|e| keys_error(&e))?;
+    // The metadata's header copy lets HEAD open the metadata; its P is not known yet.
+    let meta_header = secrets
+        .header(&gw.keyring, &name, gw.cipher, 0)
+        .map_err(|e| keys_error(&e))?;
+    let metadata = seal_metadata(gw, &secrets, &meta_header, input.metadata.take())?;
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    let up = CreateMultipartUploadInput {
+        metadata: Some(metadata),
+        checksum_algorithm: None,
+        checksum_type: None,
+        content_encoding: input.content_encoding.take().and_then(strip_aws_chunked),
+        ..input
+    };
+    gw.metrics.upstream_request("CreateMultipartUpload");
+    let out = gw
+        .upstream
+        .s3()
+        .create_multipart_upload(request(up))
+        .await?
+        .output;
+    let upstream_id = out
+        .upload_id
+        .clone()
+        .ok_or_else(|| s3_error!(InternalError, "upstream gave no upload ID"))?;
+    let client_id = upload_id::encode(
+        &gw.keyring,
+        &bucket,
+        &key,
+        &upstream_id,
+        &secrets,
+        gw.cipher,
+    )?;
+    let output = CreateMultipartUploadOutput {
+        bucket: Some(bucket),
+        key: Some(key),
+        upload_id: Some(client_id),
+        ..Default::default()
+    };
+    Ok(S3Response::new(output))
+}
+
+pub(super) async fn upload_part(
+    gw: &Gateway,
+    req: S3Request<UploadPartInput>,
+) -> S3Result<S3Response<UploadPartOutput>> {
+    let S3Request {
+        mut input,
+        headers,
+        trailing_headers,
+        ..
+    } = req;
+    check_key(&input.key)?;
+    let (upstream_id, secrets, cipher) =
+        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+    let part = u32::try_from(input.part_number)
+        .ok()
+        .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
+        .ok_or_else(|| s3_error!(InvalidArgument, "part numbers run from 1 to 10000"))?;
+    let checksums = header_checksums(
+        input.checksum_crc32.take(),
+        input.checksum_crc32c.take(),
+        input.checksum_crc64nvme.take(),
+        input.checksum_sha1.take(),
+        input.checksum_sha256.take(),
+    );
+    let echo = checksums.clone();
+    let expect = expectations(
+        &headers,
+        input.content_length,
+        input.content_md5.take(),
+        checksums,
+        trailing_headers,
+    )?;
+    let plaintext_len = expect.len;
+    let header = if part == 1 {
+        let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+        Some(
+            secrets
+                .header(&gw.keyring, &name, cipher, plaintext_len)
+                .map_err(|e| keys_error(&e))?,
+        )
+    } else {
+        None
+    };
+    let payload = Arc::new(secrets.payload_key(cipher));
+    let sealer = PartSealer::new(&payload, part, header).map_err(|e| keys_error(&e))?;
+    let (blob, len, failure) = seal_body(input.body.take(), sealer, expect, part == 1)?;
+    let up = UploadPartInput {
+        body: Some(blob),
+        content_length: Some(i64::try_from(len).map_err(|_| s3_error!(EntityTooLarge))?),
+        upload_id: upstream_id,
+        checksum_algorithm: None,
+        ..input
+    };
+    gw.metrics.upstream_request("UploadPart");
+    let out = match gw.upstream.s3().upload_part(request(up)).await {
+        Ok(out) => out.output,
+        Err(e) => return Err(failure.take().unwrap_or(e)),
+    };
+    if let Some(e) = failure.take() {
+        return Err(e);
+    }
+    gw.metrics.bytes_in(plaintext_len);
+    let output = UploadPartOutput {
+        e_tag: out.e_tag,
+        checksum_crc32: echo.checksum_crc32,
+        checksum_crc32c: echo.checksum_crc32c,
+        checksum_crc64nvme: echo.checksum_crc64nvme,
+        checksum_sha1: echo.checksum_sha1,
+        checksum_sha256: echo.checksum_sha256,
+        ..Default::default()
+    };
+    Ok(S3Response::new(output))
+}
+
+/// Plaintext length of a stored part from its stored size (part 1 holds the header).
+fn part_plaintext_len(number: u32, stored: i64) -> S3Result<u64> {
+    let stored =
+        u64::try_from(stored).map_err(|_| s3_error!(InternalError, "negative part size"))?;
+    let body = if number == 1 {
+        stored
+    } else {
+        stored + HEADER_SIZE as u64
+    };
+    match kura_keys::plaintext_size(body) {
+        Ok(SizeInfo::Aligned(n)) => Ok(n),
+        _ => Err(s3_error!(
+            InvalidPart,
+            "part {number} was not uploaded through this gateway"
+        )),
+    }
+}
+
+/// All parts of an upstream upload, with their stored sizes.
+async fn stored_parts(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    upstream_id: &str,
+) -> S3Result<Vec<(u32, i64)>> {
+    let mut parts = Vec::new();
+    let mut marker = None;
+    loop {
+        let input = ListPartsInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: upstream_id.into(),
+            part_number_marker: marker.clone(),
+            ..Default::default()
+        };
+        gw.metrics.upstream_request("ListParts");
+        let out = gw.upstream.s3().list_parts(request(input)).await?.output;
+        for p in out.parts.unwrap_or_default() {
+            if let (Some(n), Some(size)) = (p.part_number, p.size) {
+                parts.push((u32::try_from(n).unwrap_or(0), size));
+            }
+        }
+        match (out.is_truncated, out.next_part_number_marker) {
+            (Some(true), Some(m)) => marker = Some(m),
+            _ => break,
+        }
+    }
+    Ok(parts)
+}
+
+/// Whether parts of these plaintext lengths form a regular layout (SPEC 6.2).
+fn is_regular(parts: &[PartInfo]) -> bool {
+    let Some(first) = parts.first() else {
+        return false;
+    };
+    let p = first.len;
+    let contiguous = parts.iter().zip(1..).all(|(part, n)| part.number == n);
+    let (last, rest) = parts.split_last().expect("non-empty");
+    let equal = rest.iter().all(|part| part.len == p);
+    contiguous
+        && equal
+        && last.len <= p
+        && (parts.len() == 1 || p.is_multiple_of(SEGMENT_SIZE as u64))
+}
+
+pub(super) async fn complete(
+    gw: &Gateway,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let (upstream_id, secrets, cipher) =
+        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    let chosen: Vec<u32> = input
+        .multipart_upload
+        .as_ref()
+        .and_then(|m| m.parts.as_ref())
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| p.part_number.and_then(|n| u32::try_from(n).ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if chosen.first() != Some(&1) {
+        return Err(s3_error!(
+            InvalidPart,
+            "kura needs part 1 in every upload: it carries the object header"
+        ));
+    }
+    if chosen.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(s3_error!(
+            InvalidPartOrder,
+            "parts must be listed in ascending order"
+        ));
+    }
+    let stored = stored_parts(gw, &bucket, &key, &upstream_id).await?;
+    let mut layout = Vec::with_capacity(chosen.len());
+    for n in &chosen {
+        let size = stored
+            .iter()
+            .find(|(m, _)| m == n)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {n} was not uploaded"))?;
+        layout.push(PartInfo {
+            number: *n,
+            len: part_plaintext_len(*n, size)?,
+        });
+    }
+    if let Some(parts) = input
+        .multipart_upload
+        .as_mut()
+        .and_then(|m| m.parts.as_mut())
+    {
+        for p in parts {
+            p.checksum_crc32 = None;
+            p.checksum_crc32c = None;
+            p.checksum_crc64nvme = None;
+            p.checksum_sha1 = None;
+            p.checksum_sha256 = None;
+        }
+    }
+    let up = CompleteMultipartUploadInput {
+        upload_id: upstream_id,
+        checksum_crc32: None,
+        checksum_crc32c: None,
+        checksum_crc64nvme: None,
+        checksum_sha1: None,
+        checksum_sha256: None,
+        checksum_type: None,
+        mpu_object_size: None,
+        if_match: super::put::upstream_condition(input.if_match.take()),
+        if_none_match: super::put::upstream_condition(input.if_none_match.take()),
+        ..input
+    };
+    gw.metrics.upstream_request("CompleteMultipartUpload");
+    let mut out = gw
+        .upstream
+        .s3()
+        .complete_multipart_upload(request(up))
+        .await?
+        .output;
+    if let Some(fut) = out.future.take() {
+        out = fut.await?;
+    }
+    forget(gw, &bucket, &key).await;
+    let mut e_tag = out.e_tag.clone();
+    if !is_regular(&layout) {
+        let payload = secrets.payload_key(cipher);
+        e_tag = Some(append_trailer(gw, &bucket, &key, &payload, &layout).await?);
+        forget(gw, &bucket, &key).await;
+    }
+    let output = CompleteMultipartUploadOutput {
+        bucket: Some(bucket),
+        key: Some(key),
+        e_tag: e_tag.as_ref().map(etag::to_client),
+        version_id: out.version_id,
+        location: out.location,
+        ..Default::default()
+    };
+    Ok(S3Response::new(output))
+}
+
+/// Rewrites a completed irregular object with its layout trailer appended: a server-side
+/// multipart copy of the body (no bytes through the gateway) plus one small last part.
+async fn append_trailer(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    payload: &PayloadKey,
+    parts: &[PartInfo],
+) -> S3Result<ETag> {
+    let table = Layout::table(parts).map_err(|e| keys_error(&e))?;
+    let body_len = table.body_len_without_trailer();
+    let trailer =
+        kura_keys::trailer::encode(payload, parts, body_len).map_err(|e| keys_error(&e))?;
+    gw.metrics.upstream_request("HeadObject");
+    let head = gw
+        .upstream
+        .s3()
+        .head_object(request(HeadObjectInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            ..Default::default()
+        }))
+        .await?
+        .output;
+    let create = CreateMultipartUploadInput {
+        bucket: bucket.into(),
+        key: key.into(),
+        metadata: head.metadata,
+        content_type: head.content_type,
+        ..Default::default()
+    };
+    gw.metrics.upstream_request("CreateMultipartUpload");
+    let id = gw
+        .upstream
+        .s3()
+        .create_multipart_upload(request(create))
+        .await?
+        .output
+        .upload_id
+        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
+    let result = async {
+        let mut completed = Vec::new();
+        let mut offset = 0u64;
+        let mut number = 1;
+        while offset < body_len {
+            let end = (offset + MAX_COPY_PART).min(body_len) - 1;
+            let copy = UploadPartCopyInput::builder()
+                .bucket(bucket.into())
+                .key(key.into())
+                .copy_source(CopySource::Bucket {
+                    bucket: bucket.into(),
+                    key: key.into(),
+                    version_id: None,
+                })
+                .copy_source_range(Some(format!("bytes={offset}-{end}")))
+                .part_number(number)
+                .upload_id(id.clone())
+                .build()
+                .map_err(|e| s3_error!(InternalError, "{e}"))?;
+            gw.metrics.upstream_request("UploadPartCopy");
+            let out = gw
+                .upstream
+                .s3()
+                .upload_part_copy(request(copy))
+                .await?
+                .output;
+            completed.push(CompletedPart {
+                e_tag: out.copy_part_result.and_then(|r| r.e_tag),
+                part_number: Some(number),
+                ..Default::default()
+            });
+            offset = end + 1;
+            number += 1;
+        }
+        let len = trailer.len();
+        let part = UploadPartInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: id.clone(),
+            part_number: number,
+            content_length: Some(i64::try_from(len).unwrap_or(i64::MAX)),
+            body: Some(StreamingBlob::from(s3s::Body::from(bytes::Bytes::from(
+                trailer.clone(),
+            )))),
+            ..Default::default()
+        };
+        gw.metrics.upstream_request("UploadPart");
+        let out = gw.upstream.s3().upload_part(request(part)).await?.output;
+        completed.push(CompletedPart {
+            e_tag: out.e_tag,
+            part_number: Some(number),
+            ..Default::default()
+        });
+        let done = CompleteMultipartUploadInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: id.clone(),
+            multipart_upload: Some(CompletedMultipartUpload {
+                parts: Some(completed),
+            }),
+            ..Default::default()
+        };
+        gw.metrics.upstream_request("CompleteMultipartUpload");
+        let mut out = gw
+            .upstream
+            .s3()
+            .complete_multipart_upload(request(done))
+            .await?
+            .output;
+        if let Some(fut) = out.future.take() {
+            out = fut.await?;
+        }
+        out.e_tag.ok_or_else(|| s3_error!(InternalError, "no ETag"))
+    }
+    .await;
+    if result.is_err() {
+        let abort = AbortMultipartUploadInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: id,
+            ..Default::default()
+        };
+        let _ = gw
+            .upstream
+            .s3()
+            .abort_multipart_upload(request(abort))
+            .await;
+    }
+    result
+}
+
+pub(super) async fn abort(
+    gw: &Gateway,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+    let mut input = req.input;
+    input.upload_id = upload_id::upstream_id(&input.upload_id).to_string();
+    gw.metrics.upstream_request("AbortMultipartUpload");
+    let out = gw
+        .upstream
+        .s3()
+        .abort_multipart_upload(request(input))
+        .await?;
+    Ok(S3Response::new(out.output))
+}
+
+pub(super) async fn list_parts(
+    gw: &Gateway,
+    req: S3Request<ListPartsInput>,
+) -> S3Result<S3Response<ListPartsOutput>> {
+    let mut input = req.input;
+    let client_id = input.upload_id.clone();
+    input.upload_id = upload_id::upstream_id(&client_id).to_string();
+    gw.metrics.upstream_request("ListParts");
+    let mut out = gw.upstream.s3().list_parts(request(input)).await?.output;
+    if let Some(parts) = &mut out.parts {
+        for p in parts {
+            if let (Some(n), Some(size)) = (p.part_number, p.size) {
+                p.size = part_plaintext_len(u32::try_from(n).unwrap_or(0), size)
+                    .ok()
+                    .and_then(|n| i64::try_from(n).ok());
+            }
+            p.checksum_crc32 = None;
+            p.checksum_crc32c = None;
+            p.checksum_crc64nvme = None;
+            p.checksum_sha1 = None;
+            p.checksum_sha256 = None;
+        }
+    }
+    out.upload_id = Some(client_id);
+    Ok(S3Response::new(out))
+}
+
+pub(super) async fn list_uploads(
+    gw: &Gateway,
+    req: S3Request<ListMultipartUploadsInput>,
+) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+    gw.metrics.upstream_request("ListMultipartUploads");
+    let out = gw
+        .upstream
+        .s3()
+        .list_multipart_uploads(request(req.input))
+        .await?;
+    // These IDs carry no secrets: they can list parts and abort, not upload more parts.
+    Ok(S3Response::new(out.output))
+}

@@ -1,0 +1,327 @@
+//! Serving: hyper over TCP or TLS (tokio-rustls), the s3s service behind a thin router that
+//! answers `/healthz`, `/readyz` and `/metrics` itself, a request ID on every response and
+//! in every log line, and a graceful shutdown that drains in-flight requests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tracing::Instrument as _;
+
+use crate::config::{GatewayConfig, TlsFiles};
+use crate::credentials::Credentials;
+use crate::gateway::Gateway;
+use crate::metrics::Metrics;
+use crate::upstream::{Upstream, UpstreamError, request};
+
+/// How long a shutdown waits for in-flight requests.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The upstream could not be set up.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// A listen address could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The virtual-host domain is not a valid domain.
+    #[error("virtual-host domain: {0}")]
+    Domain(String),
+}
+
+/// A started gateway.
+pub struct Running {
+    /// Where it serves S3.
+    pub addr: SocketAddr,
+    /// Where it serves the admin endpoints, when separate.
+    pub admin_addr: Option<SocketAddr>,
+    /// Its metrics.
+    pub metrics: Metrics,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, waits for in-flight requests (up to 30 s), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    s3: S3Service,
+    metrics: Metrics,
+    upstream: Upstream,
+}
+
+fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
+    let mut r = Response::new(s3s::Body::from(body));
+    *r.status_mut() = status;
+    r
+}
+
+impl App {
+    async fn admin(&self, path: &str) -> Option<Response<s3s::Body>> {
+        match path {
+            "/healthz" => Some(text(StatusCode::OK, "ok\n".into())),
+            "/readyz" => {
+                // Ready when the upstream answers.
+                let up = self
+                    .upstream
+                    .s3()
+                    .list_buckets(request(s3s::dto::ListBucketsInput::default()))
+                    .await;
+                Some(match up {
+                    Ok(_) => text(StatusCode::OK, "ready\n".into()),
+                    Err(e) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("upstream not ready: {}\n", e.code().as_str()),
+                    ),
+                })
+            }
+            "/metrics" => {
+                let mut r = text(StatusCode::OK, self.metrics.render());
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    async fn handle(
+        self,
+        req: Request<Incoming>,
+        admin_only: bool,
+    ) -> Result<Response<s3s::Body>, s3s::HttpError> {
+        let started = Instant::now();
+        let method = req.method().as_str().to_string();
+        let request_id = format!("{:016x}", rand_u64());
+        let span = tracing::info_span!("request", id = %request_id, method = %method, path = %req.uri().path());
+        async move {
+            let admin = if req.method() == http::Method::GET && req.uri().query().is_none() {
+                self.admin(req.uri().path()).await
+            } else {
+                None
+            };
+            let mut resp = match admin {
+                Some(r) => r,
+                None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
+                None => self.s3.call(req.map(s3s::Body::from)).await?,
+            };
+            if let Ok(v) = http::HeaderValue::from_str(&request_id) {
+                resp.headers_mut().insert("x-amz-request-id", v);
+            }
+            let status = resp.status().as_u16();
+            self.metrics.request(&method, status, started.elapsed());
+            tracing::info!(status, elapsed_ms = started.elapsed().as_millis(), "served");
+            Ok(resp)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // A request ID needs no cryptographic strength; fall back to the clock.
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).is_err() {
+        return u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                & u128::from(u64::MAX),
+        )
+        .unwrap_or(0);
+    }
+    u64::from_be_bytes(b)
+}
+
+fn tls_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, ServerError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| ServerError::Tls(format!("{}: {e}", p.display())))
+    };
+    let cert_pem = read(&files.cert)?;
+    let key_pem = read(&files.key)?;
+    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ServerError::Tls(format!("certificate: {e}")))?;
+    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
+        .map_err(|e| ServerError::Tls(format!("key: {e}")))?
+        .ok_or_else(|| ServerError::Tls("no private key in the key file".into()))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ServerError::Tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| ServerError::Tls(e.to_string()))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: App,
+    tls: Option<TlsAcceptor>,
+    admin_only: bool,
+    mut stop: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let conn = ConnBuilder::new(TokioExecutor::new());
+    loop {
+        let (socket, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req| app.clone().handle(req, admin_only));
+        match &tls {
+            None => {
+                let c = conn
+                    .serve_connection_with_upgrades(TokioIo::new(socket), service)
+                    .into_owned();
+                let c = graceful.watch(c);
+                tokio::spawn(async move {
+                    if let Err(e) = c.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let conn = conn.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    match acceptor.accept(socket).await {
+                        Ok(stream) => {
+                            let c = conn
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .into_owned();
+                            if let Err(e) = watcher.watch(c).await {
+                                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                            }
+                        }
+                        Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("in-flight requests did not finish within {DRAIN:?}; closing them");
+    }
+}
+
+/// Builds the gateway, binds its addresses, and serves until [`Running::shutdown`].
+///
+/// # Errors
+/// [`ServerError`] when the upstream, the addresses or TLS cannot be set up.
+pub async fn start(config: GatewayConfig) -> Result<Running, ServerError> {
+    let upstream = Upstream::connect(&config.upstream).await?;
+    start_with_upstream(config, upstream).await
+}
+
+/// [`start`] with an upstream built by the caller.
+///
+/// # Errors
+/// As [`start`].
+pub async fn start_with_upstream(
+    config: GatewayConfig,
+    upstream: Upstream,
+) -> Result<Running, ServerError> {
+    let metrics = Metrics::default();
+    let credentials = Credentials::new(config.credentials.clone());
+    let gateway = Gateway::new(
+        upstream.clone(),
+        config.keyring.clone(),
+        config.cipher,
+        credentials.clone(),
+        metrics.clone(),
+    );
+    let mut builder = S3ServiceBuilder::new(gateway);
+    builder.set_auth(credentials.clone());
+    builder.set_access(credentials);
+    if let Some(domain) = &config.virtual_host_domain {
+        let host = s3s::host::SingleDomain::new(domain)
+            .map_err(|e| ServerError::Domain(format!("{e:?}")))?;
+        builder.set_host(host);
+    }
+    let app = App {
+        s3: builder.build(),
+        metrics: metrics.clone(),
+        upstream,
+    };
+    let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })
+    };
+    let listener = bind(config.listen).await?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let (stop, rx) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(accept_loop(
+        listener,
+        app.clone(),
+        tls,
+        false,
+        rx.clone(),
+    ))];
+    let mut admin_addr = None;
+    if let Some(a) = config.admin_listen {
+        let l = bind(a).await?;
+        admin_addr = l.local_addr().ok();
+        tasks.push(tokio::spawn(accept_loop(l, app, None, true, rx)));
+    }
+    tracing::info!(%addr, tls = config.tls.is_some(), "kura gateway listening");
+    Ok(Running {
+        addr,
+        admin_addr,
+        metrics,
+        stop,
+        tasks,
+    })
+}

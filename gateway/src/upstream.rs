@@ -1,0 +1,143 @@
+//! The store behind the gateway. Both kinds sit behind s3s's `S3` trait, so every
+//! operation is written once: an S3 service reached with aws-sdk-s3 (`s3s_aws::Proxy`), or
+//! a local directory served in-process by s3s-fs (the embedded default: no HTTP hop, so the
+//! upstream is not the bottleneck of a quickstart).
+
+use std::sync::Arc;
+
+use aws_sdk_s3::config::{
+    BehaviorVersion, Builder, Credentials, Region, RequestChecksumCalculation,
+    ResponseChecksumValidation, StalledStreamProtectionConfig,
+};
+use s3s::{S3, S3Request};
+
+use crate::config::UpstreamConfig;
+
+/// The upstream store.
+#[derive(Clone)]
+pub struct Upstream {
+    inner: Arc<dyn S3>,
+}
+
+/// Why the upstream could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// The embedded store's directory could not be created or opened.
+    #[error("data directory {path}: {message}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The CA bundle could not be read or used.
+    #[error("CA bundle: {0}")]
+    CaBundle(String),
+}
+
+impl Upstream {
+    /// Wraps any `S3` implementation as the upstream (tests use this for fault injection).
+    #[must_use]
+    pub fn from_s3(inner: Arc<dyn S3>) -> Self {
+        Self { inner }
+    }
+
+    /// Builds the upstream a config names.
+    ///
+    /// # Errors
+    /// [`UpstreamError`] when the directory or CA bundle cannot be used.
+    pub async fn connect(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        match config {
+            UpstreamConfig::Local { dir } => {
+                let fail = |message: String| UpstreamError::DataDir {
+                    path: dir.display().to_string(),
+                    message,
+                };
+                std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+                let fs = s3s_fs::FileSystem::new(dir).map_err(|e| fail(format!("{e:?}")))?;
+                Ok(Self::from_s3(Arc::new(fs)))
+            }
+            UpstreamConfig::S3 {
+                url,
+                region,
+                path_style,
+                ca_bundle,
+                credentials,
+            } => {
+                let mut http = aws_smithy_http_client::Builder::new().tls_provider(
+                    aws_smithy_http_client::tls::Provider::Rustls(
+                        aws_smithy_http_client::tls::rustls_provider::CryptoMode::AwsLc,
+                    ),
+                );
+                if let Some(path) = ca_bundle {
+                    let pem = std::fs::read(path)
+                        .map_err(|e| UpstreamError::CaBundle(format!("{}: {e}", path.display())))?;
+                    let trust = aws_smithy_http_client::tls::TrustStore::default()
+                        .with_pem_certificate(pem);
+                    let tls = aws_smithy_http_client::tls::TlsContext::builder()
+                        .with_trust_store(trust)
+                        .build()
+                        .map_err(|e| UpstreamError::CaBundle(e.to_string()))?;
+                    http = http.tls_context(tls);
+                }
+                let http = http.build_https();
+                let mut conf = Builder::new()
+                    .behavior_version(BehaviorVersion::latest())
+                    .endpoint_url(url)
+                    .force_path_style(*path_style)
+                    .region(Region::new(region.clone()))
+                    // B2 rejects every x-amz-checksum-* header: send checksums only where S3
+                    // requires them, and never ask for them on reads.
+                    .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+                    .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+                    // A slow client uploading through the gateway stalls the upstream stream too.
+                    .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+                    .http_client(http.clone());
+                conf = match credentials {
+                    Some((ak, sk)) => conf.credentials_provider(Credentials::new(
+                        ak,
+                        sk,
+                        None,
+                        None,
+                        "kura-config",
+                    )),
+                    None => {
+                        let shared = aws_config::defaults(BehaviorVersion::latest())
+                            .region(Region::new(region.clone()))
+                            .http_client(http)
+                            .load()
+                            .await;
+                        match shared.credentials_provider() {
+                            Some(p) => conf.credentials_provider(p),
+                            None => conf,
+                        }
+                    }
+                };
+                let client = aws_sdk_s3::Client::from_conf(conf.build());
+                Ok(Self::from_s3(Arc::new(s3s_aws::Proxy::from(client))))
+            }
+        }
+    }
+
+    /// The upstream's `S3` implementation.
+    pub(crate) fn s3(&self) -> &dyn S3 {
+        self.inner.as_ref()
+    }
+}
+
+/// A request to the upstream: only the input matters; the gateway's own identity is the
+/// same for every call (s3s-fs binds multipart uploads to the caller's access key).
+pub(crate) fn request<T>(input: T) -> S3Request<T> {
+    S3Request {
+        input,
+        method: http::Method::GET,
+        uri: http::Uri::from_static("/"),
+        headers: http::HeaderMap::new(),
+        extensions: http::Extensions::new(),
+        credentials: None,
+        region: None,
+        service: None,
+        trailing_headers: None,
+    }
+}
