@@ -1,0 +1,146 @@
+//! Authentication and authorization: wrong credentials, bucket scopes, ListBuckets.
+
+use crate::harness::{AK, BUCKET, Env, LIMITED_AK, LIMITED_SK, SK, client, code, status};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_credentials_are_refused() {
+    let env = Env::start().await;
+    let unknown = client(env.gateway.addr, "nobody", SK);
+    let err = unknown
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("InvalidAccessKeyId"));
+    let bad_secret = client(env.gateway.addr, AK, "wrong-secret");
+    let err = bad_secret
+        .put_object()
+        .bucket(BUCKET)
+        .key("x")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("SignatureDoesNotMatch"));
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(404), "a refused PUT stores nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_sees_and_touches_only_its_buckets() {
+    let env = Env::start().await;
+    env.client
+        .create_bucket()
+        .bucket("limited")
+        .send()
+        .await
+        .unwrap();
+    let limited = client(env.gateway.addr, LIMITED_AK, LIMITED_SK);
+    limited
+        .put_object()
+        .bucket("limited")
+        .key("k")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let err = limited
+        .get_object()
+        .bucket(BUCKET)
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("AccessDenied"));
+    let err = limited
+        .put_object()
+        .bucket(BUCKET)
+        .key("k")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("AccessDenied"));
+    let err = limited
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("AccessDenied"));
+    // Copying out of a bucket it may not read is refused too.
+    env.put("secret", b"s").await;
+    let err = limited
+        .copy_object()
+        .bucket("limited")
+        .key("stolen")
+        .copy_source(format!("{BUCKET}/secret"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("AccessDenied"));
+    let names: Vec<String> = limited
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect();
+    assert_eq!(names, vec!["limited".to_string()]);
+    let all: Vec<String> = env
+        .client
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect();
+    assert!(all.contains(&BUCKET.to_string()) && all.contains(&"limited".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_with_dot_segments_are_refused() {
+    let env = Env::start().await;
+    let err = env
+        .client
+        .put_object()
+        .bucket(BUCKET)
+        .key("a/../../other/x")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("InvalidArgument"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_ready_and_metrics_answer() {
+    let env = Env::start().await;
+    env.put("m", b"x").await;
+    let base = format!("http://{}", env.gateway.addr);
+    let (s, _, body) = crate::harness::raw_http("GET", &format!("{base}/healthz"), b"").await;
+    assert_eq!((s, body.as_slice()), (200, &b"ok\n"[..]));
+    let (s, _, _) = crate::harness::raw_http("GET", &format!("{base}/readyz"), b"").await;
+    assert_eq!(s, 200);
+    let (s, _, body) = crate::harness::raw_http("GET", &format!("{base}/metrics"), b"").await;
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        text.contains("kura_operations_total{operation=\"PutObject\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("kura_request_duration_seconds_bucket"));
+    assert!(!text.contains(SK), "metrics must not carry secrets");
+}

@@ -1,0 +1,256 @@
+//! Starts an upstream S3 server (s3s-fs on a temp directory, over HTTP on loopback) and a
+//! gateway in front of it, and builds aws-sdk-s3 clients for both.
+
+#![allow(dead_code, reason = "each topic uses a different part of the harness")]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kura_gateway::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
+use kura_gateway::server::Running;
+use kura_keys::{Cipher, Keyring};
+
+pub const UP_AK: &str = "upstream-ak";
+pub const UP_SK: &str = "upstream-secret-key";
+pub const AK: &str = "client-ak";
+pub const SK: &str = "client-secret-key";
+pub const LIMITED_AK: &str = "limited-ak";
+pub const LIMITED_SK: &str = "limited-secret-key";
+pub const BUCKET: &str = "bucket";
+
+/// An s3s-fs server on loopback.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn start_upstream() -> Upstream {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = s3s_fs::FileSystem::new(dir.path()).unwrap();
+    let mut b = s3s::service::S3ServiceBuilder::new(fs);
+    b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
+    let service = b.build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                break;
+            };
+            let c = conn
+                .serve_connection(TokioIo::new(socket), service.clone())
+                .into_owned();
+            tokio::spawn(c);
+        }
+    });
+    Upstream { addr, dir }
+}
+
+pub struct Env {
+    pub upstream: Upstream,
+    pub keyring: Arc<Keyring>,
+    pub gateway: Running,
+    pub client: Client,
+}
+
+pub fn gateway_config(upstream: &Upstream, keyring: Arc<Keyring>) -> GatewayConfig {
+    GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: None,
+        upstream: UpstreamConfig::S3 {
+            url: format!("http://{}", upstream.addr),
+            region: "us-east-1".into(),
+            path_style: true,
+            ca_bundle: None,
+            credentials: Some((UP_AK.into(), UP_SK.into())),
+        },
+        keyring,
+        cipher: Cipher::Aes256Gcm,
+        credentials: vec![
+            ClientCredential {
+                access_key: AK.into(),
+                secret: SK.into(),
+                buckets: BucketScope::All,
+            },
+            ClientCredential {
+                access_key: LIMITED_AK.into(),
+                secret: LIMITED_SK.into(),
+                buckets: BucketScope::Only(vec!["limited".into()]),
+            },
+        ],
+        tls: None,
+        virtual_host_domain: None,
+    }
+}
+
+pub fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(format!("http://{addr}"))
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(ak, sk, None, None, "test"))
+        .build();
+    Client::from_conf(conf)
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        let upstream = start_upstream().await;
+        let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
+        let gateway = kura_gateway::server::start(gateway_config(&upstream, keyring.clone()))
+            .await
+            .unwrap();
+        let client = client(gateway.addr, AK, SK);
+        client.create_bucket().bucket(BUCKET).send().await.unwrap();
+        Env {
+            upstream,
+            keyring,
+            gateway,
+            client,
+        }
+    }
+
+    /// Where the upstream stores an object.
+    pub fn stored_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.upstream.dir.path().join(bucket).join(key)
+    }
+
+    pub async fn put(
+        &self,
+        key: &str,
+        data: &[u8],
+    ) -> aws_sdk_s3::operation::put_object::PutObjectOutput {
+        self.client
+            .put_object()
+            .bucket(BUCKET)
+            .key(key)
+            .body(data.to_vec().into())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get(&self, key: &str) -> Vec<u8> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        out.body.collect().await.unwrap().into_bytes().to_vec()
+    }
+
+    pub async fn get_range(&self, key: &str, range: &str) -> Result<Vec<u8>, String> {
+        match self
+            .client
+            .get_object()
+            .bucket(BUCKET)
+            .key(key)
+            .range(range)
+            .send()
+            .await
+        {
+            Ok(out) => out
+                .body
+                .collect()
+                .await
+                .map(|b| b.into_bytes().to_vec())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("{}", aws_sdk_s3::error::DisplayErrorContext(e))),
+        }
+    }
+}
+
+/// Deterministic data that does not compress and is easy to recognise.
+pub fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[2]
+        })
+        .collect()
+}
+
+/// The HTTP status of a failed SDK call.
+pub fn status<E>(
+    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> Option<u16> {
+    e.raw_response().map(|r| r.status().as_u16())
+}
+
+/// The S3 error code of a failed SDK call.
+pub fn code<E: aws_sdk_s3::error::ProvideErrorMetadata, R>(
+    e: &aws_sdk_s3::error::SdkError<E, R>,
+) -> Option<String> {
+    e.as_service_error()
+        .and_then(|s| s.code())
+        .map(str::to_string)
+}
+
+/// A plain HTTP/1.1 request over a socket, for presigned URLs: (status, headers, body).
+pub async fn raw_http(method: &str, url: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    let req = format!(
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).await.unwrap();
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = resp[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+    out
+}
+
+/// Every file under `dir`, recursively.
+pub fn files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

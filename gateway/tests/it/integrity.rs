@@ -1,0 +1,239 @@
+//! Nothing lost, nothing forged: the upstream holds no plaintext, a tampered object at rest
+//! never yields its bytes, and a body that is not what the client declared is not stored.
+
+use aws_sdk_s3::primitives::ByteStream;
+
+use crate::harness::{BUCKET, Env, code, data, files, status};
+
+const MARKER: &[u8] = b"KURA-PLAINTEXT-MARKER-0123456789";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_directory_holds_no_plaintext() {
+    let env = Env::start().await;
+    let body: Vec<u8> = MARKER.iter().copied().cycle().take(300_000).collect();
+    env.put("plain/one", &body).await;
+    env.put("plain/two", MARKER).await;
+    let up = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("plain/mp")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let part = env
+        .client
+        .upload_part()
+        .bucket(BUCKET)
+        .key("plain/mp")
+        .upload_id(id)
+        .part_number(1)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let done = aws_sdk_s3::types::CompletedMultipartUpload::builder()
+        .parts(
+            aws_sdk_s3::types::CompletedPart::builder()
+                .part_number(1)
+                .e_tag(part.e_tag().unwrap())
+                .build(),
+        )
+        .build();
+    env.client
+        .complete_multipart_upload()
+        .bucket(BUCKET)
+        .key("plain/mp")
+        .upload_id(id)
+        .multipart_upload(done)
+        .send()
+        .await
+        .unwrap();
+    let mut scanned = 0;
+    for f in files(env.upstream.dir.path()) {
+        let bytes = std::fs::read(&f).unwrap();
+        scanned += bytes.len();
+        assert!(
+            !bytes.windows(16).any(|w| w == &MARKER[..16]),
+            "plaintext found in {}",
+            f.display()
+        );
+    }
+    assert!(
+        scanned > 600_000,
+        "the scan must have seen the stored objects ({scanned} bytes)"
+    );
+    assert_eq!(env.get("plain/mp").await, body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tampered_segment_at_rest_fails_the_read() {
+    let env = Env::start().await;
+    let body = data(4 * 65_536, 5);
+    env.put("t", &body).await;
+    let path = env.stored_path(BUCKET, "t");
+    let mut stored = std::fs::read(&path).unwrap();
+    let at = 164 + 2 * 65_568 + 1000;
+    stored[at] ^= 0x40;
+    std::fs::write(&path, &stored).unwrap();
+    // Whole read: the response breaks off; what arrived is only authentic segments.
+    let out = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("t")
+        .send()
+        .await
+        .unwrap();
+    match out.body.collect().await {
+        Ok(b) => panic!(
+            "a tampered object was returned whole ({} bytes)",
+            b.into_bytes().len()
+        ),
+        Err(_) => {}
+    }
+    // A range inside the tampered segment fails; one before it still reads.
+    assert!(env.get_range("t", "bytes=140000-140010").await.is_err());
+    assert_eq!(
+        env.get_range("t", "bytes=0-99").await.unwrap(),
+        &body[..100]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tampered_header_at_rest_is_an_error_response() {
+    let env = Env::start().await;
+    env.put("h", &data(1000, 1)).await;
+    let path = env.stored_path(BUCKET, "h");
+    let mut stored = std::fs::read(&path).unwrap();
+    stored[40] ^= 1;
+    std::fs::write(&path, &stored).unwrap();
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("h")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(500));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn object_moved_upstream_does_not_open_under_its_new_name() {
+    let env = Env::start().await;
+    env.put("original", &data(1000, 2)).await;
+    std::fs::copy(
+        env.stored_path(BUCKET, "original"),
+        env.stored_path(BUCKET, "moved"),
+    )
+    .unwrap();
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("moved")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(500));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn content_md5_mismatch_is_bad_digest_and_stores_nothing() {
+    let env = Env::start().await;
+    let err = env
+        .client
+        .put_object()
+        .bucket(BUCKET)
+        .key("md5")
+        .content_md5("1B2M2Y8AsgTpgAmY7PhCfg==") // MD5 of the empty string
+        .body(ByteStream::from_static(b"not empty"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("BadDigest"));
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("md5")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status(&err),
+        Some(404),
+        "nothing may be stored after BadDigest"
+    );
+    // The right MD5 is accepted.
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("md5")
+        .content_md5("1B2M2Y8AsgTpgAmY7PhCfg==")
+        .body(ByteStream::from_static(b""))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_checksum_is_bad_digest_and_stores_nothing() {
+    let env = Env::start().await;
+    let err = env
+        .client
+        .put_object()
+        .bucket(BUCKET)
+        .key("crc")
+        .checksum_crc32("AAAAAA==")
+        .body(ByteStream::from_static(b"some bytes"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err).as_deref(), Some("BadDigest"));
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("crc")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(404));
+}
+
+/// The SDK's default checksum mode sends aws-chunked bodies with a CRC32 trailer; the
+/// framing must not be stored and the trailer must be checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn chunked_trailer_upload_stores_only_the_payload() {
+    let env = Env::start().await;
+    let body = data(300_001, 8);
+    let out = env
+        .client
+        .put_object()
+        .bucket(BUCKET)
+        .key("chunked")
+        .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Crc32)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert!(out.checksum_crc32().is_some());
+    assert_eq!(env.get("chunked").await, body);
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("chunked")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(300_001));
+    assert_eq!(
+        head.content_encoding(),
+        None,
+        "aws-chunked is framing, never stored"
+    );
+}

@@ -1,0 +1,369 @@
+//! Multipart uploads: parallel and out of order, irregular layouts, part reads, two
+//! stateless replicas, copies into parts, aborts.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+
+use crate::harness::{self, BUCKET, Env, data};
+
+const MIB: usize = 1 << 20;
+
+async fn upload(client: &Client, key: &str, id: &str, n: i32, body: Vec<u8>) -> CompletedPart {
+    let out = client
+        .upload_part()
+        .bucket(BUCKET)
+        .key(key)
+        .upload_id(id)
+        .part_number(n)
+        .body(ByteStream::from(body))
+        .send()
+        .await
+        .unwrap();
+    CompletedPart::builder()
+        .part_number(n)
+        .e_tag(out.e_tag().unwrap())
+        .build()
+}
+
+async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart>) -> String {
+    let done = CompletedMultipartUpload::builder()
+        .set_parts(Some(parts))
+        .build();
+    let out = client
+        .complete_multipart_upload()
+        .bucket(BUCKET)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(done)
+        .send()
+        .await
+        .unwrap();
+    out.e_tag().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_out_of_order_parts_with_a_short_last_part() {
+    let env = Env::start().await;
+    let sizes = [5 * MIB, 5 * MIB, 5 * MIB, MIB + 7];
+    let parts: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| data(n, i as u64 + 10))
+        .collect();
+    let whole = parts.concat();
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("mp")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    // Last part first, all at once, as Velero's 5 parallel uploads may.
+    let mut tasks = Vec::new();
+    for (i, p) in parts.iter().enumerate().rev() {
+        let (c, id, p) = (env.client.clone(), id.clone(), p.clone());
+        tasks.push(tokio::spawn(async move {
+            upload(&c, "mp", &id, i as i32 + 1, p).await
+        }));
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    done.sort_by_key(|p| p.part_number());
+    let etag = complete(&env.client, "mp", &id, done).await;
+    assert!(etag.trim_matches('"').ends_with("-4"), "{etag}");
+    assert_eq!(env.get("mp").await, whole);
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(whole.len() as i64));
+    assert_eq!(head.e_tag(), Some(etag.as_str()));
+    let list = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.contents()[0].size(), Some(whole.len() as i64));
+    // A range across a part boundary, and a part read.
+    let a = 5 * MIB - 10;
+    assert_eq!(
+        env.get_range("mp", &format!("bytes={a}-{}", a + 20))
+            .await
+            .unwrap(),
+        &whole[a..=a + 20]
+    );
+    let p2 = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("mp")
+        .part_number(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(p2.parts_count(), Some(4));
+    assert_eq!(
+        p2.body.collect().await.unwrap().into_bytes().to_vec(),
+        parts[1]
+    );
+    let stored = std::fs::metadata(env.stored_path(BUCKET, "mp"))
+        .unwrap()
+        .len();
+    assert_eq!(
+        Some(stored),
+        kura_keys::ciphertext_size(whole.len() as u64),
+        "regular layout: closed-form size, no trailer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn irregular_parts_get_a_trailer_and_exact_sizes() {
+    let env = Env::start().await;
+    // Parts that are not multiples of 64 KiB, and of different sizes (S3's minimum part
+    // size is 5 MiB = 5,242,880 bytes).
+    let parts = [data(5_300_000, 1), data(5_400_100, 2), data(12_345, 3)];
+    let whole = parts.concat();
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("irr")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        done.push(upload(&env.client, "irr", &id, i as i32 + 1, p.clone()).await);
+    }
+    let etag = complete(&env.client, "irr", &id, done).await;
+    let list = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        list.contents()[0].size(),
+        Some(whole.len() as i64),
+        "listing size of an irregular object"
+    );
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("irr")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(whole.len() as i64));
+    assert_eq!(
+        head.e_tag(),
+        Some(etag.as_str()),
+        "Complete and HEAD agree on the ETag"
+    );
+    assert_eq!(env.get("irr").await, whole);
+    let a = 5_299_990;
+    assert_eq!(
+        env.get_range("irr", &format!("bytes={a}-{}", a + 5_400_200))
+            .await
+            .unwrap(),
+        &whole[a..=a + 5_400_200]
+    );
+    let p2 = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("irr")
+        .part_number(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        p2.body.collect().await.unwrap().into_bytes().to_vec(),
+        parts[1]
+    );
+}
+
+/// Two gateway processes sharing a key file and an upstream serve one upload, part by
+/// part, alternately: nothing lives in either of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_serve_one_upload_alternately() {
+    let env = Env::start().await;
+    let other =
+        kura_gateway::server::start(harness::gateway_config(&env.upstream, env.keyring.clone()))
+            .await
+            .unwrap();
+    let b = harness::client(other.addr, harness::AK, harness::SK);
+    let parts = [data(5 * MIB, 1), data(5 * MIB, 2), data(3 * MIB, 3)];
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("rep")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let p1 = upload(&b, "rep", &id, 1, parts[0].clone()).await;
+    let p2 = upload(&env.client, "rep", &id, 2, parts[1].clone()).await;
+    let p3 = upload(&b, "rep", &id, 3, parts[2].clone()).await;
+    complete(&b, "rep", &id, vec![p1, p2, p3]).await;
+    assert_eq!(env.get("rep").await, parts.concat());
+    let via_b = b
+        .get_object()
+        .bucket(BUCKET)
+        .key("rep")
+        .range("bytes=5242870-5242890")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        via_b.body.collect().await.unwrap().into_bytes().to_vec(),
+        &parts.concat()[5_242_870..=5_242_890]
+    );
+    other.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upload_ids_are_bound_to_their_object() {
+    let env = Env::start().await;
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("one")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let err = env
+        .client
+        .upload_part()
+        .bucket(BUCKET)
+        .key("two")
+        .upload_id(&id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(harness::code(&err).as_deref(), Some("NoSuchUpload"));
+    let forged = format!("{}.{}", id.rsplit_once('.').unwrap().0, "A".repeat(219));
+    let err = env
+        .client
+        .upload_part()
+        .bucket(BUCKET)
+        .key("one")
+        .upload_id(&forged)
+        .part_number(1)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(harness::code(&err).as_deref(), Some("NoSuchUpload"));
+    env.client
+        .abort_multipart_upload()
+        .bucket(BUCKET)
+        .key("one")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_parts_reports_plaintext_sizes() {
+    let env = Env::start().await;
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("lp")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    upload(&env.client, "lp", &id, 1, data(5 * MIB, 1)).await;
+    upload(&env.client, "lp", &id, 2, data(1234, 2)).await;
+    let parts = env
+        .client
+        .list_parts()
+        .bucket(BUCKET)
+        .key("lp")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let sizes: Vec<i64> = parts.parts().iter().filter_map(|p| p.size()).collect();
+    assert_eq!(sizes, vec![5 * MIB as i64, 1234]);
+    env.client
+        .abort_multipart_upload()
+        .bucket(BUCKET)
+        .key("lp")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upload_part_copy_reencrypts_a_source_range() {
+    let env = Env::start().await;
+    let src = data(6 * MIB + 5, 9);
+    env.put("src", &src).await;
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("dst")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let p1 = env
+        .client
+        .upload_part_copy()
+        .bucket(BUCKET)
+        .key("dst")
+        .upload_id(&id)
+        .part_number(1)
+        .copy_source(format!("{BUCKET}/src"))
+        .copy_source_range(format!("bytes=0-{}", 5 * MIB - 1))
+        .send()
+        .await
+        .unwrap();
+    let p1 = CompletedPart::builder()
+        .part_number(1)
+        .e_tag(p1.copy_part_result().unwrap().e_tag().unwrap())
+        .build();
+    let p2 = upload(&env.client, "dst", &id, 2, data(100, 1)).await;
+    complete(&env.client, "dst", &id, vec![p1, p2]).await;
+    let mut want = src[..5 * MIB].to_vec();
+    want.extend_from_slice(&data(100, 1));
+    assert_eq!(env.get("dst").await, want);
+}

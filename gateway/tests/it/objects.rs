@@ -1,0 +1,346 @@
+//! Single objects: edge sizes, every range form, conditional reads, metadata, deletes.
+
+use aws_sdk_s3::primitives::ByteStream;
+
+use crate::harness::{BUCKET, Env, data, status};
+
+const SEG: usize = 65_536;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn edge_sizes_round_trip_with_exact_sizes_everywhere() {
+    let env = Env::start().await;
+    for (i, len) in [0, 1, SEG - 1, SEG, SEG + 1, 3 * SEG + 12_345]
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("edge/{len}");
+        let body = data(len, i as u64);
+        env.put(&key, &body).await;
+        assert_eq!(env.get(&key).await, body, "GET of {len} bytes");
+        let head = env
+            .client
+            .head_object()
+            .bucket(BUCKET)
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length, Some(len as i64), "HEAD size of {len}");
+        let stored = std::fs::metadata(env.stored_path(BUCKET, &key))
+            .unwrap()
+            .len();
+        assert_eq!(
+            Some(stored),
+            kura_keys::ciphertext_size(len as u64),
+            "stored size of {len}"
+        );
+    }
+    let list = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .prefix("edge/")
+        .send()
+        .await
+        .unwrap();
+    for o in list.contents() {
+        let want: i64 = o
+            .key()
+            .unwrap()
+            .trim_start_matches("edge/")
+            .parse()
+            .unwrap();
+        assert_eq!(o.size(), Some(want), "listed size of {:?}", o.key());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_object_streams_through() {
+    let env = Env::start().await;
+    let len = 256 << 20;
+    let body = data(len, 77);
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("big")
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let got = env.get("big").await;
+    assert!(got == body, "256 MiB object differs after the round trip");
+    assert_eq!(
+        env.get_range("big", "bytes=200000000-200000099")
+            .await
+            .unwrap(),
+        &body[200_000_000..200_000_100]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_range_form_matches_the_plaintext() {
+    let env = Env::start().await;
+    let len = 5 * SEG + 777;
+    let body = data(len, 3);
+    env.put("r", &body).await;
+    let cases: Vec<(String, &[u8])> = vec![
+        ("bytes=0-0".into(), &body[..1]),
+        ("bytes=0-".into(), &body[..]),
+        (format!("bytes={}-{}", SEG - 1, SEG), &body[SEG - 1..=SEG]),
+        ("bytes=-10".into(), &body[len - 10..]),
+        (format!("bytes=-{}", len + 100), &body[..]),
+        (
+            format!("bytes={}-{}", len - 5, len + 1000),
+            &body[len - 5..],
+        ),
+        (format!("bytes={}-", 4 * SEG + 3), &body[4 * SEG + 3..]),
+    ];
+    for (range, want) in cases {
+        assert_eq!(env.get_range("r", &range).await.unwrap(), want, "{range}");
+    }
+    // Random closed ranges, checked against the plaintext.
+    let mut x = 12345u64;
+    for _ in 0..40 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let a = (x % len as u64) as usize;
+        let b = a + ((x >> 20) % (len - a) as u64) as usize;
+        assert_eq!(
+            env.get_range("r", &format!("bytes={a}-{b}")).await.unwrap(),
+            &body[a..=b],
+            "bytes={a}-{b}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unsatisfiable_range_is_416_with_content_range() {
+    let env = Env::start().await;
+    env.put("small", &data(100, 1)).await;
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("small")
+        .range("bytes=100-200")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(416));
+    let raw = err.raw_response().unwrap();
+    assert_eq!(raw.headers().get("content-range"), Some("bytes */100"));
+    env.put("empty", b"").await;
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("empty")
+        .range("bytes=0-0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(416));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conditional_reads_follow_the_etag_contract() {
+    let env = Env::start().await;
+    let put = env.put("c", &data(3 * SEG, 9)).await;
+    let etag = put.e_tag().unwrap().to_string();
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("c")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.e_tag(),
+        Some(etag.as_str()),
+        "PUT and HEAD agree on the ETag"
+    );
+    let trimmed = etag.trim_matches('"');
+    assert!(
+        !(trimmed.len() == 32 && trimmed.bytes().all(|b| b.is_ascii_hexdigit())),
+        "an ETag that looks like an MD5 would mislead rclone: {etag}"
+    );
+    let list = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    if let Some(listed) = list.contents()[0].e_tag() {
+        assert_eq!(listed, etag, "listing and HEAD agree on the ETag");
+    }
+    // aws-cli and the Go SDK send If-Match with the HEAD ETag on ranged reads.
+    let ok = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("c")
+        .range("bytes=10-20")
+        .if_match(&etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.e_tag(), Some(etag.as_str()));
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_match("\"nope-0\"")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("c")
+        .range("bytes=0-1")
+        .if_match("\"nope-0\"")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_none_match(&etag)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(304));
+    let future = aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000);
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_modified_since(future)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(304));
+    let past = aws_sdk_s3::primitives::DateTime::from_secs(1_000_000_000);
+    let err = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_unmodified_since(past)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_metadata_round_trips_and_is_sealed_upstream() {
+    let env = Env::start().await;
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("m")
+        .metadata("owner", "velero-secret-owner-name")
+        .content_type("application/x-tar")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("m")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.metadata().unwrap().get("owner").map(String::as_str),
+        Some("velero-secret-owner-name")
+    );
+    assert_eq!(
+        head.metadata().unwrap().len(),
+        1,
+        "the gateway's own metadata stays hidden"
+    );
+    assert_eq!(head.content_type(), Some("application/x-tar"));
+    let got = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("m")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.metadata().unwrap().get("owner").map(String::as_str),
+        Some("velero-secret-owner-name")
+    );
+    for f in crate::harness::files(env.upstream.dir.path()) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(
+            !bytes.windows(12).any(|w| w == b"velero-secre"),
+            "metadata value in clear in {}",
+            f.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletes_remove_objects() {
+    let env = Env::start().await;
+    for k in ["a", "b", "c"] {
+        env.put(k, b"x").await;
+    }
+    env.client
+        .delete_object()
+        .bucket(BUCKET)
+        .key("a")
+        .send()
+        .await
+        .unwrap();
+    let ids = ["b", "c"].map(|k| {
+        aws_sdk_s3::types::ObjectIdentifier::builder()
+            .key(k)
+            .build()
+            .unwrap()
+    });
+    let del = aws_sdk_s3::types::Delete::builder()
+        .set_objects(Some(ids.to_vec()))
+        .build()
+        .unwrap();
+    env.client
+        .delete_objects()
+        .bucket(BUCKET)
+        .delete(del)
+        .send()
+        .await
+        .unwrap();
+    let list = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    assert!(list.contents().is_empty());
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("b")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(404));
+}
