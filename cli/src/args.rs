@@ -18,7 +18,7 @@ pub enum Command {
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Run the encrypting S3 gateway.
-    Gateway(GatewayArgs),
+    Gateway(Box<GatewayArgs>),
 }
 
 /// `kura gateway`: every flag has a config-file key of the same name (with `_`), and a

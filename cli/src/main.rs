@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let args = args::Cli::parse();
     let result = match args.command {
         args::Command::Keys(cmd) => keys::run(cmd),
-        args::Command::Gateway(args) => gateway::run(args),
+        args::Command::Gateway(args) => gateway::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,13 +112,13 @@ impl VerifyingSealer {
                 self.expect.len
             ));
         }
-        if let (Some(md5), Some(want)) = (self.md5.take(), &self.expect.md5) {
-            if B64.encode(md5.finalize()) != *want {
-                return Err(s3_error!(
-                    BadDigest,
-                    "the Content-MD5 you specified did not match what was received"
-                ));
-            }
+        if let (Some(md5), Some(want)) = (self.md5.take(), &self.expect.md5)
+            && B64.encode(md5.finalize()) != *want
+        {
+            return Err(s3_error!(
+                BadDigest,
+                "the Content-MD5 you specified did not match what was received"
+            ));
         }
         let got = std::mem::take(&mut self.hasher).finalize();
         let trailer = self
@@ -181,9 +181,11 @@ impl Transform for VerifyingSealer {
     }
 }
 
+type BoxedBytes = Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>;
+
 /// A stream with a known exact length, `Send + Sync` as s3s and the SDK need.
 pub(crate) struct Sized {
-    inner: Mutex<Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>>,
+    inner: Mutex<BoxedBytes>,
     remaining: u64,
 }
 

@@ -38,7 +38,7 @@ impl Gateway {
     ) -> Self {
         let located = moka::future::Cache::builder()
             .max_capacity(100_000)
-            .time_to_idle(Duration::from_secs(600))
+            .time_to_idle(Duration::from_mins(10))
             .build();
         Self {
             upstream,

@@ -79,7 +79,7 @@ impl Metrics {
         self.with(|m| {
             *m.upstream_errors
                 .entry((op.to_string(), code.to_string()))
-                .or_default() += 1
+                .or_default() += 1;
         });
     }
 

@@ -94,26 +94,24 @@ impl Upstream {
                     // A slow client uploading through the gateway stalls the upstream stream too.
                     .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
                     .http_client(http.clone());
-                conf = match credentials {
-                    Some((ak, sk)) => conf.credentials_provider(Credentials::new(
+                if let Some((ak, sk)) = credentials {
+                    conf = conf.credentials_provider(Credentials::new(
                         ak,
                         sk,
                         None,
                         None,
                         "kura-config",
-                    )),
-                    None => {
-                        let shared = aws_config::defaults(BehaviorVersion::latest())
-                            .region(Region::new(region.clone()))
-                            .http_client(http)
-                            .load()
-                            .await;
-                        match shared.credentials_provider() {
-                            Some(p) => conf.credentials_provider(p),
-                            None => conf,
-                        }
+                    ));
+                } else {
+                    let shared = aws_config::defaults(BehaviorVersion::latest())
+                        .region(Region::new(region.clone()))
+                        .http_client(http)
+                        .load()
+                        .await;
+                    if let Some(p) = shared.credentials_provider() {
+                        conf = conf.credentials_provider(p);
                     }
-                };
+                }
                 let client = aws_sdk_s3::Client::from_conf(conf.build());
                 Ok(Self::from_s3(Arc::new(s3s_aws::Proxy::from(client))))
             }

@@ -25,7 +25,7 @@ fn load_file(path: Option<&PathBuf>) -> anyhow::Result<FileConfig> {
 }
 
 fn load_keyring(path: &std::path::Path) -> anyhow::Result<Keyring> {
-    Ok(crate::keys::load_key_file(path)?)
+    crate::keys::load_key_file(path)
 }
 
 pub fn build(args: GatewayArgs) -> anyhow::Result<GatewayConfig> {

@@ -69,7 +69,9 @@ pub fn prepare(
     let mut credentials = Vec::new();
     if need_credentials {
         let path = dir.join("credentials.toml");
-        if !path.exists() {
+        if path.exists() {
+            println!("kura gateway: client credentials are in {}", path.display());
+        } else {
             let stored = StoredCredentials {
                 access_key_id: format!("kura{}", random_token(8)?),
                 secret_access_key: random_token(20)?,
@@ -81,8 +83,6 @@ pub fn prepare(
                 stored.access_key_id,
                 stored.secret_access_key
             );
-        } else {
-            println!("kura gateway: client credentials are in {}", path.display());
         }
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;

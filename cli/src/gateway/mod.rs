@@ -18,7 +18,7 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let config = config::build(args)?;
         let running = kura_gateway::server::start(config).await?;
-        println!("kura gateway: serving S3 on http{}://{}", "", running.addr);
+        println!("kura gateway: serving S3 on {}", running.addr);
         wait_for_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
         running.shutdown().await;
@@ -44,14 +44,12 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            let _ = ctrl_c.await;
+            return;
+        };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

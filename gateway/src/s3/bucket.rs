@@ -1,6 +1,11 @@
 //! Calls that carry no object bodies: bucket operations and Object Lock, passed through to
 //! the upstream as they are (only ListBuckets is filtered by the caller's buckets).
 
+#![allow(
+    clippy::wildcard_imports,
+    reason = "the S3 DTO namespace: each operation touches many of its types"
+)]
+
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 

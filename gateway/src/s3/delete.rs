@@ -1,5 +1,10 @@
 //! DeleteObject and DeleteObjects: passed through; the header cache forgets the keys.
 
+#![allow(
+    clippy::wildcard_imports,
+    reason = "the S3 DTO namespace: each operation touches many of its types"
+)]
+
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 

@@ -19,6 +19,10 @@ use crate::upstream::request;
 use crate::{body, etag};
 
 /// The If-* headers of a read.
+#[allow(
+    clippy::struct_field_names,
+    reason = "named after the S3 headers If-Match and so on"
+)]
 pub(super) struct Conditions {
     pub(super) if_match: Option<ETagCondition>,
     pub(super) if_none_match: Option<ETagCondition>,
@@ -52,22 +56,22 @@ impl Conditions {
                     "At least one of the pre-conditions you specified did not hold"
                 ));
             }
-        } else if let (Some(since), Some(m)) = (&self.if_unmodified_since, modified) {
-            if m > at(since) {
-                return Err(s3_error!(
-                    PreconditionFailed,
-                    "At least one of the pre-conditions you specified did not hold"
-                ));
-            }
+        } else if let (Some(since), Some(m)) = (&self.if_unmodified_since, modified)
+            && m > at(since)
+        {
+            return Err(s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ));
         }
         if let Some(c) = &self.if_none_match {
             if etag::condition_matches(c, client_etag) {
                 return Err(not_modified(client_etag));
             }
-        } else if let (Some(since), Some(m)) = (&self.if_modified_since, modified) {
-            if m <= at(since) {
-                return Err(not_modified(client_etag));
-            }
+        } else if let (Some(since), Some(m)) = (&self.if_modified_since, modified)
+            && m <= at(since)
+        {
+            return Err(not_modified(client_etag));
         }
         Ok(())
     }
@@ -226,7 +230,7 @@ async fn get_span(
     let result = gw.upstream.s3().get_object(request(up)).await;
     let changed = match &result {
         Err(e) => *e.code() == s3s::S3ErrorCode::PreconditionFailed,
-        Ok(r) => r.output.e_tag.as_ref().map(|e| e.value()) != located.upstream_etag.as_deref(),
+        Ok(r) => r.output.e_tag.as_ref().map(ETag::value) != located.upstream_etag.as_deref(),
     };
     if changed {
         // The object changed since its header was cached: look again, once.

@@ -3,6 +3,11 @@
 //! objects come from the listed size alone; an object with a trailer costs its header and
 //! trailer reads once (then the cache).
 
+#![allow(
+    clippy::wildcard_imports,
+    reason = "the S3 DTO namespace: each operation touches many of its types"
+)]
+
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 

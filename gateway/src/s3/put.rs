@@ -92,12 +92,12 @@ pub(super) fn seal_body(
         };
     let failure = FailureSlot::default();
     let blob = blob.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
-    let sealed = body::transform(
+    let ciphertext = body::transform(
         blob,
         VerifyingSealer::new(sealer, expect, failure.clone()),
         len,
     );
-    Ok((sealed, len, failure))
+    Ok((ciphertext, len, failure))
 }
 
 /// An If-Match / If-None-Match condition in the upstream's ETag terms.
@@ -150,7 +150,11 @@ pub(super) async fn put_object(
         body: Some(blob),
         content_length: Some(i64::try_from(len).map_err(|_| s3_error!(EntityTooLarge))?),
         metadata: Some(metadata),
-        content_encoding: input.content_encoding.take().and_then(strip_aws_chunked),
+        content_encoding: input
+            .content_encoding
+            .take()
+            .as_deref()
+            .and_then(strip_aws_chunked),
         checksum_algorithm: None,
         if_match: upstream_condition(input.if_match.take()),
         if_none_match: upstream_condition(input.if_none_match.take()),
@@ -183,7 +187,7 @@ pub(super) async fn put_object(
 }
 
 /// `Content-Encoding` without the transfer framing `aws-chunked`, which is never stored.
-pub(super) fn strip_aws_chunked(v: String) -> Option<String> {
+pub(super) fn strip_aws_chunked(v: &str) -> Option<String> {
     let rest: Vec<&str> = v
         .split(',')
         .map(str::trim)

@@ -201,14 +201,17 @@ pub fn code<E: aws_sdk_s3::error::ProvideErrorMetadata, R>(
 /// A plain HTTP/1.1 request over a socket, for presigned URLs: (status, headers, body).
 pub async fn raw_http(method: &str, url: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').unwrap();
+    let (host, path) = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split_once('/')
+        .unwrap();
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    let req = format!(
+    let request_head = format!(
         "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(request_head.as_bytes()).await.unwrap();
     s.write_all(body).await.unwrap();
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).await.unwrap();
@@ -227,10 +230,7 @@ pub async fn raw_http(method: &str, url: &str, body: &[u8]) -> (u16, String, Vec
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
         let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
         if n == 0 {
             break;

@@ -71,7 +71,7 @@ async fn v2_paginates_and_groups_by_delimiter() {
         26,
         "an empty delimiter lists recursively"
     );
-    let prefixed = env
+    let under_dir1 = env
         .client
         .list_objects_v2()
         .bucket(BUCKET)
@@ -79,7 +79,7 @@ async fn v2_paginates_and_groups_by_delimiter() {
         .send()
         .await
         .unwrap();
-    assert_eq!(prefixed.contents().len(), 8);
+    assert_eq!(under_dir1.contents().len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread")]

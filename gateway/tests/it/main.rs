@@ -1,6 +1,13 @@
 //! The gateway end to end, over real loopback sockets: aws-sdk-s3 as the client, the
 //! gateway, and s3s-fs as a real S3 server behind it. One test binary, a module per topic.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    reason = "sizes and part numbers in these tests are small"
+)]
+
 mod harness;
 
 mod auth;

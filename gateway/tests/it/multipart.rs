@@ -75,7 +75,7 @@ async fn parallel_out_of_order_parts_with_a_short_last_part() {
     for t in tasks {
         done.push(t.await.unwrap());
     }
-    done.sort_by_key(|p| p.part_number());
+    done.sort_by_key(CompletedPart::part_number);
     let etag = complete(&env.client, "mp", &id, done).await;
     assert!(etag.trim_matches('"').ends_with("-4"), "{etag}");
     assert_eq!(env.get("mp").await, whole);
@@ -317,7 +317,11 @@ async fn list_parts_reports_plaintext_sizes() {
         .send()
         .await
         .unwrap();
-    let sizes: Vec<i64> = parts.parts().iter().filter_map(|p| p.size()).collect();
+    let sizes: Vec<i64> = parts
+        .parts()
+        .iter()
+        .filter_map(aws_sdk_s3::types::Part::size)
+        .collect();
     assert_eq!(sizes, vec![5 * MIB as i64, 1234]);
     env.client
         .abort_multipart_upload()

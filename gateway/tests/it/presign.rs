@@ -16,7 +16,7 @@ async fn presigned_get_and_put_work_with_a_plain_client() {
         .get_object()
         .bucket(BUCKET)
         .key("p")
-        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .presigned(PresigningConfig::expires_in(Duration::from_mins(5)).unwrap())
         .await
         .unwrap();
     let (status, _, got) = raw_http("GET", get.uri(), b"").await;
@@ -28,7 +28,7 @@ async fn presigned_get_and_put_work_with_a_plain_client() {
         .put_object()
         .bucket(BUCKET)
         .key("q")
-        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .presigned(PresigningConfig::expires_in(Duration::from_mins(5)).unwrap())
         .await
         .unwrap();
     let (status, _, _) = raw_http("PUT", put.uri(), &up).await;
