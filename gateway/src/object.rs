@@ -188,7 +188,6 @@ async fn get_range(
         if_match: if_match.map(|e| s3s::dto::ETagCondition::ETag(s3s::dto::ETag::Strong(e.into()))),
         ..Default::default()
     };
-    gw.metrics.upstream_request("GetObject");
     gw.upstream
         .s3()
         .get_object(request(input))

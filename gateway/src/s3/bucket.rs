@@ -13,10 +13,9 @@ use crate::gateway::Gateway;
 use crate::upstream::request;
 
 macro_rules! passthrough {
-    ($($name:ident: $input:ty => $output:ty, $op:literal;)*) => {
+    ($($name:ident: $input:ty => $output:ty;)*) => {
         $(
             pub(super) async fn $name(gw: &Gateway, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
-                gw.metrics.upstream_request($op);
                 let out = gw.upstream.s3().$name(request(req.input)).await?;
                 Ok(S3Response::new(out.output))
             }
@@ -25,16 +24,16 @@ macro_rules! passthrough {
 }
 
 passthrough! {
-    create_bucket: CreateBucketInput => CreateBucketOutput, "CreateBucket";
-    head_bucket: HeadBucketInput => HeadBucketOutput, "HeadBucket";
-    delete_bucket: DeleteBucketInput => DeleteBucketOutput, "DeleteBucket";
-    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput, "GetBucketLocation";
-    get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput, "GetBucketVersioning";
-    put_object_retention: PutObjectRetentionInput => PutObjectRetentionOutput, "PutObjectRetention";
-    get_object_retention: GetObjectRetentionInput => GetObjectRetentionOutput, "GetObjectRetention";
-    put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput, "PutObjectLegalHold";
-    get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput, "GetObjectLegalHold";
-    get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput, "GetObjectLockConfiguration";
+    create_bucket: CreateBucketInput => CreateBucketOutput;
+    head_bucket: HeadBucketInput => HeadBucketOutput;
+    delete_bucket: DeleteBucketInput => DeleteBucketOutput;
+    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
+    get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput;
+    put_object_retention: PutObjectRetentionInput => PutObjectRetentionOutput;
+    get_object_retention: GetObjectRetentionInput => GetObjectRetentionOutput;
+    put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput;
+    get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput;
+    get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput;
 }
 
 /// The upstream's buckets, less those the caller's key may not use.
@@ -47,7 +46,6 @@ pub(super) async fn list_buckets(
         .as_ref()
         .and_then(|c| gw.credentials.scope(&c.access_key))
         .cloned();
-    gw.metrics.upstream_request("ListBuckets");
     let mut out = gw
         .upstream
         .s3()

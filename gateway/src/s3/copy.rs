@@ -67,7 +67,6 @@ pub(super) async fn copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    gw.metrics.upstream_request("GetObject");
     let src = GetObjectInput {
         bucket: src_bucket.clone(),
         key: src_key.clone(),
@@ -159,7 +158,6 @@ pub(super) async fn copy_object(
         object_lock_legal_hold_status: input.object_lock_legal_hold_status,
         ..Default::default()
     };
-    gw.metrics.upstream_request("PutObject");
     let out = gw.upstream.s3().put_object(request(put)).await;
     forget(gw, &bucket, &key).await;
     let out = out?.output;
@@ -265,7 +263,6 @@ pub(super) async fn upload_part_copy(
             .map(|e| ETagCondition::ETag(ETag::Strong(e))),
         ..Default::default()
     };
-    gw.metrics.upstream_request("GetObject");
     let src_blob = gw
         .upstream
         .s3()
@@ -299,7 +296,6 @@ pub(super) async fn upload_part_copy(
         content_length: Some(i64::try_from(part_len).unwrap_or(i64::MAX)),
         ..Default::default()
     };
-    gw.metrics.upstream_request("UploadPart");
     let out = gw.upstream.s3().upload_part(request(up)).await?.output;
     let output = UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {

@@ -18,7 +18,6 @@ pub(super) async fn delete_object(
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     check_key(&req.input.key)?;
     let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-    gw.metrics.upstream_request("DeleteObject");
     let out = gw.upstream.s3().delete_object(request(req.input)).await;
     forget(gw, &bucket, &key).await;
     Ok(S3Response::new(out?.output))
@@ -39,7 +38,6 @@ pub(super) async fn delete_objects(
         .iter()
         .map(|o| o.key.clone())
         .collect();
-    gw.metrics.upstream_request("DeleteObjects");
     let out = gw.upstream.s3().delete_objects(request(req.input)).await;
     for k in &keys {
         forget(gw, &bucket, k).await;

@@ -137,7 +137,6 @@ pub(super) async fn get_object(
         version_id: input.version_id,
         ..Default::default()
     };
-    gw.metrics.upstream_request("GetObject");
     let mut out = gw.upstream.s3().get_object(request(up)).await?.output;
     let client_etag = out
         .e_tag
@@ -226,7 +225,6 @@ async fn get_span(
             .map(|e| ETagCondition::ETag(ETag::Strong(e))),
         ..Default::default()
     };
-    gw.metrics.upstream_request("GetObject");
     let result = gw.upstream.s3().get_object(request(up)).await;
     let changed = match &result {
         Err(e) => *e.code() == s3s::S3ErrorCode::PreconditionFailed,
@@ -295,7 +293,6 @@ pub(super) async fn head_object(
         version_id: input.version_id,
         ..Default::default()
     };
-    gw.metrics.upstream_request("HeadObject");
     let mut out = gw.upstream.s3().head_object(request(up)).await?.output;
     let client_etag = out
         .e_tag

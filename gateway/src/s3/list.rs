@@ -67,7 +67,6 @@ pub(super) async fn list_objects_v2(
     input.prefix = non_empty(input.prefix);
     input.start_after = non_empty(input.start_after);
     let bucket = input.bucket.clone();
-    gw.metrics.upstream_request("ListObjectsV2");
     let mut out = gw
         .upstream
         .s3()
@@ -92,7 +91,6 @@ pub(super) async fn list_objects(
         encoding_type: input.encoding_type.clone(),
         ..Default::default()
     };
-    gw.metrics.upstream_request("ListObjectsV2");
     let out = gw.upstream.s3().list_objects_v2(request(up)).await?.output;
     let contents = map_objects(gw, &input.bucket, out.contents).await;
     let truncated = out.is_truncated.unwrap_or(false);
@@ -133,7 +131,6 @@ pub(super) async fn list_object_versions(
     input.delimiter = non_empty(input.delimiter);
     input.prefix = non_empty(input.prefix);
     let bucket = input.bucket.clone();
-    gw.metrics.upstream_request("ListObjectVersions");
     let mut out = gw
         .upstream
         .s3()

@@ -50,7 +50,6 @@ pub(super) async fn create(
             .and_then(strip_aws_chunked),
         ..input
     };
-    gw.metrics.upstream_request("CreateMultipartUpload");
     let out = gw
         .upstream
         .s3()
@@ -131,7 +130,6 @@ pub(super) async fn upload_part(
         checksum_algorithm: None,
         ..input
     };
-    gw.metrics.upstream_request("UploadPart");
     let out = match gw.upstream.s3().upload_part(request(up)).await {
         Ok(out) => out.output,
         Err(e) => return Err(failure.take().unwrap_or(e)),
@@ -187,7 +185,6 @@ async fn stored_parts(
             part_number_marker: marker,
             ..Default::default()
         };
-        gw.metrics.upstream_request("ListParts");
         let out = gw.upstream.s3().list_parts(request(input)).await?.output;
         for p in out.parts.unwrap_or_default() {
             if let (Some(n), Some(size)) = (p.part_number, p.size) {
@@ -287,7 +284,6 @@ pub(super) async fn complete(
         if_none_match: super::put::upstream_condition(input.if_none_match.take()),
         ..input
     };
-    gw.metrics.upstream_request("CompleteMultipartUpload");
     let mut out = gw
         .upstream
         .s3()
@@ -332,7 +328,6 @@ async fn append_trailer(
     let body_len = table.body_len_without_trailer();
     let trailer =
         kura_keys::trailer::encode(payload, parts, body_len).map_err(|e| keys_error(&e))?;
-    gw.metrics.upstream_request("HeadObject");
     let head = gw
         .upstream
         .s3()
@@ -350,7 +345,6 @@ async fn append_trailer(
         content_type: head.content_type,
         ..Default::default()
     };
-    gw.metrics.upstream_request("CreateMultipartUpload");
     let id = gw
         .upstream
         .s3()
@@ -378,7 +372,6 @@ async fn append_trailer(
                 .upload_id(id.clone())
                 .build()
                 .map_err(|e| s3_error!(InternalError, "{e}"))?;
-            gw.metrics.upstream_request("UploadPartCopy");
             let out = gw
                 .upstream
                 .s3()
@@ -405,7 +398,6 @@ async fn append_trailer(
             )))),
             ..Default::default()
         };
-        gw.metrics.upstream_request("UploadPart");
         let out = gw.upstream.s3().upload_part(request(part)).await?.output;
         completed.push(CompletedPart {
             e_tag: out.e_tag,
@@ -421,7 +413,6 @@ async fn append_trailer(
             }),
             ..Default::default()
         };
-        gw.metrics.upstream_request("CompleteMultipartUpload");
         let mut out = gw
             .upstream
             .s3()
@@ -456,7 +447,6 @@ pub(super) async fn abort(
 ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
     let mut input = req.input;
     input.upload_id = upload_id::upstream_id(&input.upload_id).to_string();
-    gw.metrics.upstream_request("AbortMultipartUpload");
     let out = gw
         .upstream
         .s3()
@@ -472,7 +462,6 @@ pub(super) async fn list_parts(
     let mut input = req.input;
     let client_id = input.upload_id.clone();
     input.upload_id = upload_id::upstream_id(&client_id).to_string();
-    gw.metrics.upstream_request("ListParts");
     let mut out = gw.upstream.s3().list_parts(request(input)).await?.output;
     if let Some(parts) = &mut out.parts {
         // S3 lists parts in part number order; s3s-fs lists them in directory order.
@@ -498,7 +487,6 @@ pub(super) async fn list_uploads(
     gw: &Gateway,
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-    gw.metrics.upstream_request("ListMultipartUploads");
     let out = gw
         .upstream
         .s3()

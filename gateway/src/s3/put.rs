@@ -161,7 +161,6 @@ pub(super) async fn put_object(
         ..input
     };
     let (bucket, key) = (up.bucket.clone(), up.key.clone());
-    gw.metrics.upstream_request("PutObject");
     let result = gw.upstream.s3().put_object(request(up)).await;
     forget(gw, &bucket, &key).await;
     let out = match result {

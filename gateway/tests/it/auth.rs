@@ -142,5 +142,23 @@ async fn health_ready_and_metrics_answer() {
         "{text}"
     );
     assert!(text.contains("kura_request_duration_seconds_bucket"));
+    assert!(
+        text.contains("kura_upstream_requests_total{operation=\"PutObject\"} 1"),
+        "{text}"
+    );
+    // A HEAD of a missing object is an upstream error the metrics count.
+    let _ = env
+        .client
+        .head_object()
+        .bucket(crate::harness::BUCKET)
+        .key("missing")
+        .send()
+        .await;
+    let (_, _, body) = crate::harness::raw_http("GET", &format!("{base}/metrics"), b"").await;
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.contains("kura_upstream_errors_total{operation=\"HeadObject\""),
+        "{text}"
+    );
     assert!(!text.contains(SK), "metrics must not carry secrets");
 }

@@ -1,7 +1,7 @@
 //! The store behind the gateway. Both kinds sit behind s3s's `S3` trait, so every
 //! operation is written once: an S3 service reached with aws-sdk-s3 (`s3s_aws::Proxy`), or
-//! a local directory served in-process by s3s-fs (the embedded default: no HTTP hop, so the
-//! upstream is not the bottleneck of a quickstart).
+//! a local directory served in-process (the embedded default, `local.rs`: no HTTP hop, and
+//! reads large enough that the upstream is not the bottleneck of a quickstart).
 
 use std::sync::Arc;
 
@@ -12,6 +12,11 @@ use aws_sdk_s3::config::{
 use s3s::{S3, S3Request};
 
 use crate::config::UpstreamConfig;
+
+mod counted;
+mod local;
+
+pub use local::LocalDir;
 
 /// The upstream store.
 #[derive(Clone)]
@@ -55,8 +60,8 @@ impl Upstream {
                     message,
                 };
                 std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-                let fs = s3s_fs::FileSystem::new(dir).map_err(|e| fail(format!("{e:?}")))?;
-                Ok(Self::from_s3(Arc::new(fs)))
+                let store = LocalDir::new(dir).map_err(fail)?;
+                Ok(Self::from_s3(Arc::new(store)))
             }
             UpstreamConfig::S3 {
                 url,
@@ -93,6 +98,12 @@ impl Upstream {
                     .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
                     // A slow client uploading through the gateway stalls the upstream stream too.
                     .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+                    // Retries with exponential backoff on 5xx, throttling and timeouts; the SDK
+                    // retries only requests whose body can be replayed, so a streaming upload
+                    // is never sent twice.
+                    .retry_config(
+                        aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(4),
+                    )
                     .http_client(http.clone());
                 if let Some((ak, sk)) = credentials {
                     conf = conf.credentials_provider(Credentials::new(
@@ -116,6 +127,15 @@ impl Upstream {
                 Ok(Self::from_s3(Arc::new(s3s_aws::Proxy::from(client))))
             }
         }
+    }
+
+    /// This upstream with every call counted in `metrics`.
+    #[must_use]
+    pub fn counted(self, metrics: crate::metrics::Metrics) -> Self {
+        Self::from_s3(Arc::new(counted::Counted {
+            inner: self.inner,
+            metrics,
+        }))
     }
 
     /// The upstream's `S3` implementation.

@@ -1,0 +1,298 @@
+//! PUT and GET of one large object through `kura gateway` (a separate process) and
+//! directly to the same upstream, in one run; prints throughput, the ratio, the gateway's
+//! CPU seconds per GiB moved, and the growth of its resident memory.
+//!
+//! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5120` for the
+//! 5 GiB memory check). The upstream is an S3 server over loopback HTTP, served by this
+//! process (see `main` for which); the client is aws-sdk-s3. Results go in `gateway/README.md`.
+
+#![allow(missing_docs, reason = "a bench binary")]
+#![allow(
+    clippy::cast_precision_loss,
+    reason = "throughput figures are approximate by nature"
+)]
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
+use aws_sdk_s3::primitives::ByteStream;
+use futures::StreamExt as _;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+const UP_AK: &str = "bench-upstream";
+const UP_SK: &str = "bench-upstream-secret";
+const AK: &str = "bench-client";
+const SK: &str = "bench-client-secret";
+
+async fn serve_upstream(dir: &Path, plain_s3s_fs: bool) -> SocketAddr {
+    let mut b = if plain_s3s_fs {
+        s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(dir).unwrap())
+    } else {
+        s3s::service::S3ServiceBuilder::new(kura_gateway::upstream::LocalDir::new(dir).unwrap())
+    };
+    b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
+    let service = b.build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(
+                conn.serve_connection(TokioIo::new(socket), service.clone())
+                    .into_owned(),
+            );
+        }
+    });
+    addr
+}
+
+fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(format!("http://{addr}"))
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(ak, sk, None, None, "bench"))
+        // Plain Content-Length uploads on both paths, so the comparison is of the servers.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .build();
+    Client::from_conf(conf)
+}
+
+/// (user + system CPU seconds, resident KiB, peak resident KiB) of a process.
+fn usage(pid: u32) -> (f64, u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+fn start_gateway(upstream: SocketAddr, dir: &Path) -> (Child, SocketAddr) {
+    let key_file = dir.join("keys.toml");
+    let status = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["keys", "generate", "--out"])
+        .arg(&key_file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args([
+            "gateway",
+            "--listen",
+            &addr.to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+            "--path-style",
+            "--key-file",
+        ])
+        .arg(&key_file)
+        .env("AWS_ACCESS_KEY_ID", UP_AK)
+        .env("AWS_SECRET_ACCESS_KEY", UP_SK)
+        .env("KURA_ACCESS_KEY_ID", AK)
+        .env("KURA_SECRET_ACCESS_KEY", SK)
+        .env("KURA_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return (child, addr);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut child = child;
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("gateway did not start");
+}
+
+async fn put(c: &Client, bucket: &str, key: &str, file: &Path, unsigned: bool) -> Duration {
+    let t = Instant::now();
+    let req = c
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_path(file).await.unwrap());
+    if unsigned {
+        // UNSIGNED-PAYLOAD, as aws-cli and boto3 send over HTTPS: no SHA-256 of the body to verify.
+        req.customize()
+            .disable_payload_signing()
+            .send()
+            .await
+            .unwrap();
+    } else {
+        req.send().await.unwrap();
+    }
+    t.elapsed()
+}
+
+async fn get(c: &Client, bucket: &str, key: &str, len: u64) -> Duration {
+    let t = Instant::now();
+    let out = c.get_object().bucket(bucket).key(key).send().await.unwrap();
+    let mut body = out.body.into_async_read();
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let r = tokio::io::AsyncReadExt::read(&mut body, &mut buf)
+            .await
+            .unwrap();
+        if r == 0 {
+            break;
+        }
+        n += r as u64;
+    }
+    assert_eq!(n, len);
+    t.elapsed()
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e6
+}
+
+#[allow(clippy::too_many_lines, reason = "one measurement script, read top to bottom")]
+#[tokio::main]
+async fn main() {
+    let mib: u64 = std::env::var("KURA_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let len = mib << 20;
+    let work =
+        tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
+            .unwrap();
+    let up_dir = work.path().join("upstream");
+    std::fs::create_dir_all(&up_dir).unwrap();
+    // s3s-fs reads objects in 4 KiB pieces (about 80 MB/s per GET here); by default the
+    // upstream serves reads with kura's LocalDir instead (same files, 1 MiB reads), so that
+    // the gateway's own cost is what the figures show. KURA_BENCH_S3S_FS=1 uses plain s3s-fs.
+    let plain = std::env::var("KURA_BENCH_S3S_FS").is_ok_and(|v| v == "1");
+    let upstream = serve_upstream(&up_dir, plain).await;
+    let (mut gw, gw_addr) = start_gateway(upstream, work.path());
+    let file = work.path().join("data");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut chunk = vec![0u8; 1 << 20];
+        for _ in 0..mib {
+            for b in chunk.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b.copy_from_slice(&x.to_le_bytes());
+            }
+            f.write_all(&chunk).unwrap();
+        }
+    }
+    let direct = client(upstream, UP_AK, UP_SK);
+    let via = client(gw_addr, AK, SK);
+    direct
+        .create_bucket()
+        .bucket("direct-bench")
+        .send()
+        .await
+        .unwrap();
+    via.create_bucket()
+        .bucket("gateway-bench")
+        .send()
+        .await
+        .unwrap();
+    let pid = gw.id();
+    let perf = std::env::var("KURA_BENCH_PERF").ok().map(|out| {
+        Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "999",
+                "-g",
+                "-o",
+                &out,
+                "-p",
+                &pid.to_string(),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    });
+    let (cpu_a, rss0, _) = usage(pid);
+    let d_put_signed = put(&direct, "direct-bench", "signed", &file, false).await;
+    let g_put_signed = put(&via, "gateway-bench", "signed", &file, false).await;
+    let (cpu0, _, _) = usage(pid);
+    let d_put = put(&direct, "direct-bench", "obj", &file, true).await;
+    let g_put = put(&via, "gateway-bench", "obj", &file, true).await;
+    let (cpu1, _, _) = usage(pid);
+    let d_get = get(&direct, "direct-bench", "obj", len).await;
+    let g_get = get(&via, "gateway-bench", "obj", len).await;
+    let (cpu2, _, hwm) = usage(pid);
+    let gib = len as f64 / f64::from(1u32 << 30);
+    let kind = if plain {
+        "s3s-fs"
+    } else {
+        "s3s-fs with LocalDir reads"
+    };
+    println!("object: {mib} MiB, upstream: {kind} over loopback HTTP, client: aws-sdk-s3");
+    println!(
+        "PUT (signed payload)   direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
+        mbps(len, d_put_signed),
+        mbps(len, g_put_signed),
+        d_put_signed.as_secs_f64() / g_put_signed.as_secs_f64(),
+        (cpu0 - cpu_a) / gib
+    );
+    println!(
+        "PUT (unsigned payload) direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
+        mbps(len, d_put),
+        mbps(len, g_put),
+        d_put.as_secs_f64() / g_put.as_secs_f64(),
+        (cpu1 - cpu0) / gib
+    );
+    println!(
+        "GET                    direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
+        mbps(len, d_get),
+        mbps(len, g_get),
+        d_get.as_secs_f64() / g_get.as_secs_f64(),
+        (cpu2 - cpu1) / gib
+    );
+    println!(
+        "gateway resident memory: {} MiB at start, peak {} MiB, growth {} MiB",
+        rss0 / 1024,
+        hwm / 1024,
+        hwm.saturating_sub(rss0) / 1024
+    );
+    if let Some(mut p) = perf {
+        let _ = Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait();
+    }
+    let _ = gw.kill();
+    let _ = gw.wait();
+    let _ = futures::stream::iter([()]).next().await;
+}

@@ -1,0 +1,64 @@
+//! Every upstream call counted in the metrics, with its error code when it fails.
+
+#![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
+
+use std::sync::Arc;
+
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result};
+
+use crate::metrics::Metrics;
+
+/// An upstream whose calls are counted.
+pub(crate) struct Counted {
+    pub(crate) inner: Arc<dyn S3>,
+    pub(crate) metrics: Metrics,
+}
+
+macro_rules! counted {
+    ($($name:ident: $input:ty => $output:ty = $op:literal;)*) => {
+        #[async_trait::async_trait]
+        impl S3 for Counted {
+            $(
+                async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    self.metrics.upstream_request($op);
+                    let r = self.inner.$name(req).await;
+                    if let Err(e) = &r {
+                        self.metrics.upstream_error($op, e.code().as_str());
+                    }
+                    r
+                }
+            )*
+        }
+    };
+}
+
+counted! {
+    put_object: PutObjectInput => PutObjectOutput = "PutObject";
+    get_object: GetObjectInput => GetObjectOutput = "GetObject";
+    head_object: HeadObjectInput => HeadObjectOutput = "HeadObject";
+    delete_object: DeleteObjectInput => DeleteObjectOutput = "DeleteObject";
+    delete_objects: DeleteObjectsInput => DeleteObjectsOutput = "DeleteObjects";
+    list_objects: ListObjectsInput => ListObjectsOutput = "ListObjects";
+    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output = "ListObjectsV2";
+    list_object_versions: ListObjectVersionsInput => ListObjectVersionsOutput = "ListObjectVersions";
+    copy_object: CopyObjectInput => CopyObjectOutput = "CopyObject";
+    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput = "CreateMultipartUpload";
+    upload_part: UploadPartInput => UploadPartOutput = "UploadPart";
+    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput = "UploadPartCopy";
+    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput = "CompleteMultipartUpload";
+    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput = "AbortMultipartUpload";
+    list_parts: ListPartsInput => ListPartsOutput = "ListParts";
+    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput = "ListMultipartUploads";
+    list_buckets: ListBucketsInput => ListBucketsOutput = "ListBuckets";
+    create_bucket: CreateBucketInput => CreateBucketOutput = "CreateBucket";
+    head_bucket: HeadBucketInput => HeadBucketOutput = "HeadBucket";
+    delete_bucket: DeleteBucketInput => DeleteBucketOutput = "DeleteBucket";
+    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput = "GetBucketLocation";
+    get_bucket_versioning: GetBucketVersioningInput => GetBucketVersioningOutput = "GetBucketVersioning";
+    put_object_retention: PutObjectRetentionInput => PutObjectRetentionOutput = "PutObjectRetention";
+    get_object_retention: GetObjectRetentionInput => GetObjectRetentionOutput = "GetObjectRetention";
+    put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput = "PutObjectLegalHold";
+    get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput = "GetObjectLegalHold";
+    get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput = "GetObjectLockConfiguration";
+}
