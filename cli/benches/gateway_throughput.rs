@@ -178,7 +178,10 @@ fn mbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6
 }
 
-#[allow(clippy::too_many_lines, reason = "one measurement script, read top to bottom")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one measurement script, read top to bottom"
+)]
 #[tokio::main]
 async fn main() {
     let mib: u64 = std::env::var("KURA_BENCH_MIB")

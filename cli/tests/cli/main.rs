@@ -1,3 +1,4 @@
 //! The `kura` binary end to end: one test binary, a module per command family.
 
+mod gateway;
 mod keys;

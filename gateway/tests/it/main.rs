@@ -17,3 +17,4 @@ mod list;
 mod multipart;
 mod objects;
 mod presign;
+mod server;

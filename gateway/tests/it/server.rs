@@ -1,0 +1,194 @@
+//! The server around the S3 service: HTTPS with tokio-rustls, the admin listener, and a
+//! graceful shutdown that lets in-flight requests finish.
+
+use std::sync::Arc;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
+use kura_gateway::config::TlsFiles;
+
+use crate::harness::{AK, BUCKET, Env, SK, data, gateway_config, raw_http, start_upstream};
+
+/// A test CA and a certificate for 127.0.0.1 signed by it: (CA, certificate, key).
+fn certificates(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    let openssl = |args: &[&str]| {
+        let ok = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl is needed to make test certificates")
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=kura test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "req.csr",
+    ]);
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "req.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
+    (p("ca.pem"), p("cert.pem"), p("key.pem"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_https_with_the_configured_certificate() {
+    let upstream = start_upstream().await;
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(certs.path());
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    let mut config = gateway_config(&upstream, keyring);
+    config.tls = Some(TlsFiles {
+        cert: cert.clone(),
+        key,
+    });
+    let gw = kura_gateway::server::start(config).await.unwrap();
+    let tls = TlsContext::builder()
+        .with_trust_store(TrustStore::empty().with_pem_certificate(std::fs::read(&ca).unwrap()))
+        .build()
+        .unwrap();
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(tls)
+        .build_https();
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(format!("https://127.0.0.1:{}", gw.addr.port()))
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(AK, SK, None, None, "test"))
+        .http_client(http)
+        .build();
+    let client = aws_sdk_s3::Client::from_conf(conf);
+    client.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let body = data(200_000, 1);
+    client
+        .put_object()
+        .bucket(BUCKET)
+        .key("tls")
+        .body(body.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let got = client
+        .get_object()
+        .bucket(BUCKET)
+        .key("tls")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().to_vec(),
+        body
+    );
+    // Plain HTTP on the TLS port gets no HTTP answer.
+    let mut sock = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut sock, &mut answer),
+    )
+    .await;
+    assert!(
+        !answer.starts_with(b"HTTP/1.1 200"),
+        "plain HTTP must not be served on the TLS port"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_listener_serves_only_admin_endpoints() {
+    let upstream = start_upstream().await;
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    let mut config = gateway_config(&upstream, keyring);
+    config.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    let gw = kura_gateway::server::start(config).await.unwrap();
+    let admin = gw.admin_addr.unwrap();
+    let (s, _, _) = raw_http("GET", &format!("http://{admin}/metrics"), b"").await;
+    assert_eq!(s, 200);
+    let (s, _, _) = raw_http("GET", &format!("http://{admin}/bucket/key"), b"").await;
+    assert_eq!(s, 404, "the admin listener does not serve S3");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_drains_a_download_in_flight() {
+    let env = Env::start().await;
+    let body = data(48 << 20, 3);
+    env.put("big", &body).await;
+    let addr = env.gateway.addr;
+    let out = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("big")
+        .send()
+        .await
+        .unwrap();
+    let Env {
+        gateway, client, ..
+    } = env;
+    let stopping = tokio::spawn(gateway.shutdown());
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let got = out
+        .body
+        .collect()
+        .await
+        .expect("an in-flight download completes during shutdown")
+        .into_bytes();
+    assert!(got == body, "drained download differs");
+    stopping.await.unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no new connections after shutdown"
+    );
+    drop(client);
+}
