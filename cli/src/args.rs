@@ -70,6 +70,9 @@ pub struct GatewayArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     pub log_format: String,
+    /// Worker threads [default: one per CPU core].
+    #[arg(long, env = "KURA_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
