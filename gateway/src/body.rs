@@ -184,34 +184,74 @@ impl Transform for VerifyingSealer {
 type BoxedBytes = Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>;
 
 /// A stream with a known exact length, `Send + Sync` as s3s and the SDK need.
+///
+/// It holds back the chunk that completes the length until the inner stream has ended:
+/// hyper stops polling a body once Content-Length bytes are out, so without this a check
+/// that runs at the end of the inner stream (a body cut at a segment boundary is found only
+/// when the opener finishes) would never get to turn the response into an error.
 pub(crate) struct Sized {
     inner: Mutex<BoxedBytes>,
     remaining: u64,
+    held: Option<Bytes>,
+    ended: bool,
 }
 
 impl Stream for Sized {
     type Item = Result<Bytes, s3s::StdError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let polled = match self.inner.get_mut() {
-            Ok(inner) => inner.as_mut().poll_next(cx),
-            Err(_) => return Poll::Ready(Some(Err("body stream lock poisoned".into()))),
-        };
-        if let Poll::Ready(Some(Ok(b))) = &polled {
-            self.remaining = self.remaining.saturating_sub(b.len() as u64);
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            let polled = match self.inner.get_mut() {
+                Ok(inner) => inner.as_mut().poll_next(cx),
+                Err(_) => return Poll::Ready(Some(Err("body stream lock poisoned".into()))),
+            };
+            match polled {
+                Poll::Ready(Some(Err(e))) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(Some(Ok(b))) => {
+                    if self.held.is_some() || b.len() as u64 > self.remaining {
+                        self.ended = true;
+                        return Poll::Ready(Some(Err(
+                            "body longer than its declared length".into()
+                        )));
+                    }
+                    self.remaining -= b.len() as u64;
+                    if self.remaining > 0 {
+                        return Poll::Ready(Some(Ok(b)));
+                    }
+                    self.held = Some(b);
+                }
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    if self.remaining > 0 {
+                        return Poll::Ready(Some(Err(
+                            "body shorter than its declared length".into()
+                        )));
+                    }
+                    return Poll::Ready(self.held.take().map(Ok));
+                }
+                other => return other,
+            }
         }
-        polled
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        let held = self.held.as_ref().map_or(0, Bytes::len);
+        let n = usize::try_from(self.remaining)
+            .unwrap_or(usize::MAX)
+            .saturating_add(held);
         (n, Some(n))
     }
 }
 
 impl ByteStream for Sized {
     fn remaining_length(&self) -> RemainingLength {
-        RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
+        RemainingLength::new_exact(self.size_hint().0)
     }
 }
 
@@ -235,6 +275,8 @@ where
     StreamingBlob::new(Sized {
         inner: Mutex::new(Box::pin(stream)),
         remaining: len,
+        held: None,
+        ended: false,
     })
 }
 

@@ -37,6 +37,11 @@ impl Gateway {
         metrics: Metrics,
     ) -> Self {
         let located = moka::future::Cache::builder()
+            // Weighed by layout size: a layout table can list 10,000 parts.
+            .weigher(|_, v: &Arc<Located>| {
+                1 + u32::try_from(v.layout.table_parts().map_or(0, |p| p.len() / 64))
+                    .unwrap_or(u32::MAX)
+            })
             .max_capacity(100_000)
             .time_to_idle(Duration::from_mins(10))
             .build();

@@ -223,13 +223,28 @@ pub(crate) async fn locate(
     key: &str,
     version_id: Option<&str>,
 ) -> S3Result<Arc<Located>> {
+    locate_current(gw, bucket, key, version_id, None).await
+}
+
+/// [`locate`], but a cached entry counts only if its upstream ETag is `etag` (when given):
+/// another replica, or a writer going straight to the upstream, may have replaced the object.
+pub(crate) async fn locate_current(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    etag: Option<&str>,
+) -> S3Result<Arc<Located>> {
     let cache_key = (
         bucket.to_string(),
         key.to_string(),
         version_id.map(str::to_string),
     );
     if let Some(hit) = gw.located.get(&cache_key).await {
-        return Ok(hit);
+        if etag.is_none() || hit.upstream_etag.as_deref() == etag {
+            return Ok(hit);
+        }
+        gw.located.invalidate(&cache_key).await;
     }
     let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, None).await?;
     let ciphertext_len = total_from_content_range(head.content_range.as_deref())

@@ -78,6 +78,21 @@ struct App {
     s3: S3Service,
     metrics: Metrics,
     upstream: Upstream,
+    admin_elsewhere: bool,
+}
+
+/// The method as a metrics label: the standard ones by name, anything else as `OTHER`, so a
+/// client cannot grow the metrics with made-up methods.
+fn method_label(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "GET",
+        http::Method::PUT => "PUT",
+        http::Method::POST => "POST",
+        http::Method::HEAD => "HEAD",
+        http::Method::DELETE => "DELETE",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
 }
 
 fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
@@ -123,11 +138,17 @@ impl App {
         admin_only: bool,
     ) -> Result<Response<s3s::Body>, s3s::HttpError> {
         let started = Instant::now();
-        let method = req.method().as_str().to_string();
+        let method = method_label(req.method());
         let request_id = format!("{:016x}", rand_u64());
         let span = tracing::info_span!("request", id = %request_id, method = %method, path = %req.uri().path());
         async move {
-            let admin = if req.method() == http::Method::GET && req.uri().query().is_none() {
+            // With a separate admin listener, the S3 listener leaves these paths to S3 (a
+            // bucket may be called `metrics`).
+            let serve_admin = admin_only || !self.admin_elsewhere;
+            let admin = if serve_admin
+                && req.method() == http::Method::GET
+                && req.uri().query().is_none()
+            {
                 self.admin(req.uri().path()).await
             } else {
                 None
@@ -141,7 +162,7 @@ impl App {
                 resp.headers_mut().insert("x-amz-request-id", v);
             }
             let status = resp.status().as_u16();
-            self.metrics.request(&method, status, started.elapsed());
+            self.metrics.request(method, status, started.elapsed());
             tracing::info!(status, elapsed_ms = started.elapsed().as_millis(), "served");
             Ok(resp)
         }
@@ -291,6 +312,7 @@ pub async fn start_with_upstream(
         s3: builder.build(),
         metrics: metrics.clone(),
         upstream,
+        admin_elsewhere: config.admin_listen.is_some(),
     };
     let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
     let bind = |addr: SocketAddr| async move {

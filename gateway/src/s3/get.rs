@@ -13,7 +13,8 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::gateway::Gateway;
 use crate::object::{
-    Located, check_key, forget, keys_error, locate, open_metadata, range_not_satisfiable,
+    Located, check_key, forget, keys_error, locate, locate_current, metadata_header, open_metadata,
+    range_not_satisfiable,
 };
 use crate::upstream::request;
 use crate::{body, etag};
@@ -98,6 +99,10 @@ fn span(
     }
     let r = range.ok_or_else(|| s3_error!(InternalError, "no range"))?;
     let within = r.check(size).map_err(|_| range_not_satisfiable(size))?;
+    if within.is_empty() {
+        // `bytes=-N` of an empty object.
+        return Err(range_not_satisfiable(size));
+    }
     Ok((within.start, within.end - 1))
 }
 
@@ -151,9 +156,12 @@ pub(super) async fn get_object(
     let size_info = kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))?;
     let size = match size_info {
         SizeInfo::Aligned(n) => n,
-        SizeInfo::Trailer => locate(gw, &bucket, &key, out.version_id.as_deref())
-            .await?
-            .size(),
+        SizeInfo::Trailer => {
+            let current = out.e_tag.as_ref().map(ETag::value);
+            locate_current(gw, &bucket, &key, out.version_id.as_deref(), current)
+                .await?
+                .size()
+        }
     };
     let blob = out
         .body
@@ -166,6 +174,15 @@ pub(super) async fn get_object(
     let verified = Header::parse(&head)
         .and_then(|h| h.verify(&gw.keyring, &name))
         .map_err(|e| keys_error(&e))?;
+    // The metadata's header copy must wrap the same data key as the body (SPEC 7).
+    if let Some(meta) = metadata_header(gw, &bucket, &key, out.metadata.as_ref())?
+        && meta.secrets().commitment() != verified.secrets().commitment()
+    {
+        return Err(s3_error!(
+            InternalError,
+            "the stored object's metadata belongs to another object"
+        ));
+    }
     let opener = BodyOpener::after_header(verified.into_payload_key())
         .expect_trailer(size_info == SizeInfo::Trailer);
     let plain = body::transform(body::prepend(rest, blob), opener, size);
@@ -309,7 +326,8 @@ pub(super) async fn head_object(
         size = Some(n);
     }
     if size.is_none() || part.is_some() {
-        let located = locate(gw, &bucket, &key, out.version_id.as_deref()).await?;
+        let current = out.e_tag.as_ref().map(ETag::value);
+        let located = locate_current(gw, &bucket, &key, out.version_id.as_deref(), current).await?;
         size = Some(located.size());
         if let Some(n) = part {
             let n = u32::try_from(n)

@@ -13,7 +13,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use crate::etag;
 use crate::gateway::Gateway;
-use crate::object::{listed_size, locate};
+use crate::object::{listed_size, locate_current};
 use crate::upstream::request;
 
 /// S3 treats an empty `delimiter=` or `prefix=` as absent; rclone and restic send them.
@@ -27,12 +27,13 @@ async fn plaintext_size(
     key: &str,
     version: Option<&str>,
     stored: Option<i64>,
+    etag: Option<&str>,
 ) -> Option<i64> {
     let stored = stored?;
     if let Some(n) = listed_size(stored) {
         return Some(n);
     }
-    match locate(gw, bucket, key, version).await {
+    match locate_current(gw, bucket, key, version, etag).await {
         Ok(l) => i64::try_from(l.size()).ok(),
         Err(e) => {
             tracing::warn!(bucket, key, error = %e, "listed object is not a readable kura object; reporting its stored size");
@@ -49,7 +50,8 @@ async fn map_objects(
     let mut contents = contents?;
     for o in &mut contents {
         if let Some(key) = o.key.clone() {
-            o.size = plaintext_size(gw, bucket, &key, None, o.size).await;
+            let etag = o.e_tag.as_ref().map(ETag::value);
+            o.size = plaintext_size(gw, bucket, &key, None, o.size, etag).await;
         }
         o.e_tag = o.e_tag.as_ref().map(etag::to_client);
         o.checksum_algorithm = None;
@@ -140,7 +142,9 @@ pub(super) async fn list_object_versions(
     if let Some(versions) = &mut out.versions {
         for v in versions {
             if let Some(key) = v.key.clone() {
-                v.size = plaintext_size(gw, &bucket, &key, v.version_id.as_deref(), v.size).await;
+                let etag = v.e_tag.as_ref().map(ETag::value);
+                v.size =
+                    plaintext_size(gw, &bucket, &key, v.version_id.as_deref(), v.size, etag).await;
             }
             v.e_tag = v.e_tag.as_ref().map(etag::to_client);
             v.checksum_algorithm = None;

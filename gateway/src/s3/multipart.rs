@@ -22,8 +22,8 @@ use crate::object::{check_key, forget, keys_error, seal_metadata};
 use crate::upstream::request;
 use crate::{etag, upload_id};
 
-/// Largest piece of a server-side copy (S3's limit for one UploadPartCopy).
-const MAX_COPY_PART: u64 = 5 << 30;
+/// Largest piece of a server-side copy: S3 allows 5 GiB per UploadPartCopy, B2 5 GB.
+const MAX_COPY_PART: u64 = 5_000_000_000;
 
 pub(super) async fn create(
     gw: &Gateway,
@@ -211,7 +211,7 @@ fn is_regular(parts: &[PartInfo]) -> bool {
     contiguous
         && equal
         && last.len <= p
-        && (parts.len() == 1 || p.is_multiple_of(SEGMENT_SIZE as u64))
+        && (parts.len() == 1 || (p > 0 && p.is_multiple_of(SEGMENT_SIZE as u64)))
 }
 
 pub(super) async fn complete(
@@ -258,6 +258,8 @@ pub(super) async fn complete(
             len: part_plaintext_len(*n, size)?,
         });
     }
+    // Check the layout before anything is completed upstream (SPEC 5.3 rules).
+    Layout::table(&layout).map_err(|e| s3_error!(InvalidPart, "{e}"))?;
     if let Some(parts) = input
         .multipart_upload
         .as_mut()
@@ -295,16 +297,19 @@ pub(super) async fn complete(
     }
     forget(gw, &bucket, &key).await;
     let mut e_tag = out.e_tag.clone();
+    let mut version_id = out.version_id.clone();
     if !is_regular(&layout) {
         let payload = secrets.payload_key(cipher);
-        e_tag = Some(append_trailer(gw, &bucket, &key, &payload, &layout).await?);
+        let completed = (out.e_tag.clone(), out.version_id.clone());
+        let (t, v) = append_trailer(gw, &bucket, &key, &payload, &layout, completed).await?;
+        (e_tag, version_id) = (Some(t), v);
         forget(gw, &bucket, &key).await;
     }
     let output = CompleteMultipartUploadOutput {
         bucket: Some(bucket),
         key: Some(key),
         e_tag: e_tag.as_ref().map(etag::to_client),
-        version_id: out.version_id,
+        version_id,
         location: out.location,
         ..Default::default()
     };
@@ -323,7 +328,8 @@ async fn append_trailer(
     key: &str,
     payload: &PayloadKey,
     parts: &[PartInfo],
-) -> S3Result<ETag> {
+    (source_etag, source_version): (Option<ETag>, Option<String>),
+) -> S3Result<(ETag, Option<String>)> {
     let table = Layout::table(parts).map_err(|e| keys_error(&e))?;
     let body_len = table.body_len_without_trailer();
     let trailer =
@@ -334,6 +340,7 @@ async fn append_trailer(
         .head_object(request(HeadObjectInput {
             bucket: bucket.into(),
             key: key.into(),
+            version_id: source_version.clone(),
             ..Default::default()
         }))
         .await?
@@ -343,6 +350,14 @@ async fn append_trailer(
         key: key.into(),
         metadata: head.metadata,
         content_type: head.content_type,
+        cache_control: head.cache_control,
+        content_disposition: head.content_disposition,
+        content_encoding: head.content_encoding,
+        content_language: head.content_language,
+        storage_class: head.storage_class,
+        object_lock_mode: head.object_lock_mode,
+        object_lock_retain_until_date: head.object_lock_retain_until_date,
+        object_lock_legal_hold_status: head.object_lock_legal_hold_status,
         ..Default::default()
     };
     let id = gw
@@ -357,16 +372,21 @@ async fn append_trailer(
         let mut completed = Vec::new();
         let mut offset = 0u64;
         let mut number = 1;
+        // Equal pieces, each at most MAX_COPY_PART: none falls under S3's 5 MiB minimum.
+        let pieces = body_len.div_ceil(MAX_COPY_PART);
+        let piece = body_len.div_ceil(pieces);
         while offset < body_len {
-            let end = (offset + MAX_COPY_PART).min(body_len) - 1;
+            let end = (offset + piece).min(body_len) - 1;
             let copy = UploadPartCopyInput::builder()
                 .bucket(bucket.into())
                 .key(key.into())
                 .copy_source(CopySource::Bucket {
                     bucket: bucket.into(),
                     key: key.into(),
-                    version_id: None,
+                    version_id: source_version.as_deref().map(Into::into),
                 })
+                // Only the object this upload completed, never a later write.
+                .copy_source_if_match(source_etag.clone().map(ETagCondition::ETag))
                 .copy_source_range(Some(format!("bytes={offset}-{end}")))
                 .part_number(number)
                 .upload_id(id.clone())
@@ -422,7 +442,10 @@ async fn append_trailer(
         if let Some(fut) = out.future.take() {
             out = fut.await?;
         }
-        out.e_tag.ok_or_else(|| s3_error!(InternalError, "no ETag"))
+        let etag = out
+            .e_tag
+            .ok_or_else(|| s3_error!(InternalError, "no ETag"))?;
+        Ok((etag, out.version_id))
     }
     .await;
     if result.is_err() {

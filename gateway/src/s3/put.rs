@@ -12,6 +12,9 @@ use crate::object::{check_key, forget, keys_error, seal_metadata};
 use crate::upstream::request;
 use crate::{body, etag};
 
+/// The most one upstream PUT or part may hold, as in S3.
+const MAX_STORED: u64 = 5 << 30;
+
 /// The checksums a client sent as headers.
 pub(super) fn header_checksums(
     crc32: Option<String>,
@@ -90,6 +93,13 @@ pub(super) fn seal_body(
         } else {
             0
         };
+    if len > MAX_STORED {
+        return Err(s3_error!(
+            EntityTooLarge,
+            "kura stores 32 bytes more per 64 KiB, and one PUT or part may store at most 5 GiB: \
+             send at most 5,366,088,764 bytes per PUT or part"
+        ));
+    }
     let failure = FailureSlot::default();
     let blob = blob.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
     let ciphertext = body::transform(

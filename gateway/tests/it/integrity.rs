@@ -236,3 +236,130 @@ async fn chunked_trailer_upload_stores_only_the_payload() {
         "aws-chunked is framing, never stored"
     );
 }
+
+/// Regression: a body cut at a segment boundary has a stored size that maps to a smaller,
+/// valid plaintext size; hyper stopped polling at Content-Length before the opener could
+/// notice the missing final segment, so the GET answered a clean, short 200.
+#[tokio::test(flavor = "multi_thread")]
+async fn body_cut_at_a_segment_boundary_is_not_served_as_complete() {
+    let env = Env::start().await;
+    env.put("cut", &data(3 * 65_536 + 500, 4)).await;
+    let path = env.stored_path(BUCKET, "cut");
+    let stored = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &stored[..164 + 2 * 65_568]).unwrap();
+    match env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("cut")
+        .send()
+        .await
+    {
+        Err(_) => {}
+        Ok(out) => {
+            let r = out.body.collect().await;
+            assert!(
+                r.is_err(),
+                "a truncated object was served as complete ({} bytes)",
+                r.map_or(0, |b| b.into_bytes().len())
+            );
+        }
+    }
+    // An empty object cut to its header is an error too.
+    env.put("empty", b"").await;
+    let path = env.stored_path(BUCKET, "empty");
+    let stored = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &stored[..164]).unwrap();
+    let r = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("empty")
+        .send()
+        .await;
+    assert!(
+        r.is_err(),
+        "an empty object without its final segment must not read as empty"
+    );
+}
+
+/// Another replica's cached layout must not outlive the object it describes.
+#[tokio::test(flavor = "multi_thread")]
+async fn sizes_follow_an_overwrite_made_through_another_replica() {
+    let env = Env::start().await;
+    let other = kura_gateway::server::start(crate::harness::gateway_config(
+        &env.upstream,
+        env.keyring.clone(),
+    ))
+    .await
+    .unwrap();
+    let b = crate::harness::client(other.addr, crate::harness::AK, crate::harness::SK);
+    let upload = |client: aws_sdk_s3::Client, sizes: Vec<usize>| async move {
+        let id = client
+            .create_multipart_upload()
+            .bucket(BUCKET)
+            .key("x")
+            .send()
+            .await
+            .unwrap()
+            .upload_id()
+            .unwrap()
+            .to_string();
+        let mut parts = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let out = client
+                .upload_part()
+                .bucket(BUCKET)
+                .key("x")
+                .upload_id(&id)
+                .part_number(i as i32 + 1)
+                .body(ByteStream::from(data(*n, i as u64)))
+                .send()
+                .await
+                .unwrap();
+            parts.push(
+                aws_sdk_s3::types::CompletedPart::builder()
+                    .part_number(i as i32 + 1)
+                    .e_tag(out.e_tag().unwrap())
+                    .build(),
+            );
+        }
+        let done = aws_sdk_s3::types::CompletedMultipartUpload::builder()
+            .set_parts(Some(parts))
+            .build();
+        client
+            .complete_multipart_upload()
+            .bucket(BUCKET)
+            .key("x")
+            .upload_id(&id)
+            .multipart_upload(done)
+            .send()
+            .await
+            .unwrap();
+    };
+    upload(env.client.clone(), vec![5_300_000, 7]).await;
+    let first = b
+        .head_object()
+        .bucket(BUCKET)
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.content_length(), Some(5_300_007));
+    upload(env.client.clone(), vec![5_400_000, 5_300_001, 9]).await;
+    let second = b
+        .head_object()
+        .bucket(BUCKET)
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        second.content_length(),
+        Some(10_700_010),
+        "a stale cached layout was used"
+    );
+    let listed = b.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+    assert_eq!(listed.contents()[0].size(), Some(10_700_010));
+    other.shutdown().await;
+}
