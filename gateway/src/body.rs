@@ -309,3 +309,41 @@ pub(crate) async fn read_prefix(
     }
     Ok((head, Bytes::new(), blob))
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt as _;
+
+    use super::*;
+
+    /// Regression: the chunk that completes the length must wait for the end of the inner
+    /// stream, so that an error found at the end (a truncated body) is what the reader gets.
+    #[tokio::test]
+    async fn the_last_chunk_waits_for_the_end_of_the_stream() {
+        let failing = futures::stream::iter([
+            Ok(Bytes::from_static(b"abcd")),
+            Err::<Bytes, s3s::StdError>("truncated".into()),
+        ]);
+        let mut blob = sized(failing, 4);
+        assert!(
+            blob.next().await.unwrap().is_err(),
+            "the complete length must not be handed out before the end"
+        );
+        assert!(blob.next().await.is_none());
+
+        let fine = futures::stream::iter([
+            Ok::<Bytes, s3s::StdError>(Bytes::from_static(b"ab")),
+            Ok(Bytes::from_static(b"cd")),
+        ]);
+        let chunks: Vec<_> = sized(fine, 4).collect().await;
+        assert_eq!(chunks.len(), 2);
+        assert!(chunks.iter().all(Result::is_ok));
+
+        let short = futures::stream::iter([Ok::<Bytes, s3s::StdError>(Bytes::from_static(b"ab"))]);
+        let chunks: Vec<_> = sized(short, 4).collect().await;
+        assert!(
+            chunks.last().unwrap().is_err(),
+            "a short stream ends in an error"
+        );
+    }
+}
