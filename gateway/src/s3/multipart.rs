@@ -214,15 +214,8 @@ fn is_regular(parts: &[PartInfo]) -> bool {
         && (parts.len() == 1 || (p > 0 && p.is_multiple_of(SEGMENT_SIZE as u64)))
 }
 
-pub(super) async fn complete(
-    gw: &Gateway,
-    req: S3Request<CompleteMultipartUploadInput>,
-) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let mut input = req.input;
-    check_key(&input.key)?;
-    let (upstream_id, secrets, cipher) =
-        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
-    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+/// The part numbers a Complete request lists, checked: part 1 first, ascending.
+fn chosen_parts(input: &CompleteMultipartUploadInput) -> S3Result<Vec<u32>> {
     let chosen: Vec<u32> = input
         .multipart_upload
         .as_ref()
@@ -245,9 +238,20 @@ pub(super) async fn complete(
             "parts must be listed in ascending order"
         ));
     }
-    let stored = stored_parts(gw, &bucket, &key, &upstream_id).await?;
+    Ok(chosen)
+}
+
+/// The plaintext layout of the chosen parts, from the stored part sizes.
+async fn completed_layout(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    upstream_id: &str,
+    chosen: &[u32],
+) -> S3Result<Vec<PartInfo>> {
+    let stored = stored_parts(gw, bucket, key, upstream_id).await?;
     let mut layout = Vec::with_capacity(chosen.len());
-    for n in &chosen {
+    for n in chosen {
         let size = stored
             .iter()
             .find(|(m, _)| m == n)
@@ -258,6 +262,20 @@ pub(super) async fn complete(
             len: part_plaintext_len(*n, size)?,
         });
     }
+    Ok(layout)
+}
+
+pub(super) async fn complete(
+    gw: &Gateway,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let (upstream_id, secrets, cipher) =
+        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    let chosen = chosen_parts(&input)?;
+    let layout = completed_layout(gw, &bucket, &key, &upstream_id, &chosen).await?;
     // Check the layout before anything is completed upstream (SPEC 5.3 rules).
     Layout::table(&layout).map_err(|e| s3_error!(InvalidPart, "{e}"))?;
     if let Some(parts) = input
@@ -296,21 +314,39 @@ pub(super) async fn complete(
         out = fut.await?;
     }
     forget(gw, &bucket, &key).await;
-    let mut e_tag = out.e_tag.clone();
-    let mut version_id = out.version_id.clone();
-    if !is_regular(&layout) {
-        let payload = secrets.payload_key(cipher);
-        let completed = (out.e_tag.clone(), out.version_id.clone());
-        let (t, v) = append_trailer(gw, &bucket, &key, &payload, &layout, completed).await?;
-        (e_tag, version_id) = (Some(t), v);
-        forget(gw, &bucket, &key).await;
+    if is_regular(&layout) {
+        let output = CompleteMultipartUploadOutput {
+            bucket: Some(bucket),
+            key: Some(key),
+            e_tag: out.e_tag.as_ref().map(etag::to_client),
+            version_id: out.version_id,
+            location: out.location,
+            ..Default::default()
+        };
+        return Ok(S3Response::new(output));
     }
+    // The trailer rewrite copies the whole object server-side, which can take a while:
+    // hand it to s3s as the completion future, so the client gets its 200 at once and
+    // keep-alive whitespace until the final XML (as S3 itself does).
+    let gw = gw.clone();
+    let payload = secrets.payload_key(cipher);
+    let location = out.location.clone();
+    let completed = (out.e_tag.clone(), out.version_id.clone());
+    let finish = async move {
+        let result = append_trailer(&gw, &bucket, &key, &payload, &layout, completed).await;
+        forget(&gw, &bucket, &key).await;
+        let (e_tag, version_id) = result?;
+        Ok(CompleteMultipartUploadOutput {
+            bucket: Some(bucket),
+            key: Some(key),
+            e_tag: Some(etag::to_client(&e_tag)),
+            version_id,
+            location,
+            ..Default::default()
+        })
+    };
     let output = CompleteMultipartUploadOutput {
-        bucket: Some(bucket),
-        key: Some(key),
-        e_tag: e_tag.as_ref().map(etag::to_client),
-        version_id,
-        location: out.location,
+        future: Some(Box::pin(finish)),
         ..Default::default()
     };
     Ok(S3Response::new(output))
