@@ -11,6 +11,7 @@ mod copy;
 mod delete;
 mod get;
 mod list;
+mod lock;
 mod multipart;
 mod put;
 

@@ -171,7 +171,18 @@ pub(super) async fn put_object(
         ..input
     };
     let (bucket, key) = (up.bucket.clone(), up.key.clone());
-    let result = gw.upstream.s3().put_object(request(up)).await;
+    let result = if super::lock::is_locked(&up) {
+        let mut up = up;
+        let blob = up
+            .body
+            .take()
+            .ok_or_else(|| s3_error!(InternalError, "no body"))?;
+        super::lock::put_locked(gw, up, blob, len)
+            .await
+            .map(S3Response::new)
+    } else {
+        gw.upstream.s3().put_object(request(up)).await
+    };
     forget(gw, &bucket, &key).await;
     let out = match result {
         Ok(out) => out.output,

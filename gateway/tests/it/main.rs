@@ -14,6 +14,7 @@ mod auth;
 mod copy;
 mod integrity;
 mod list;
+mod lock;
 mod multipart;
 mod objects;
 mod presign;
