@@ -309,3 +309,20 @@ pub(crate) async fn forget(gw: &Gateway, bucket: &str, key: &str) {
         .invalidate(&(bucket.to_string(), key.to_string(), None))
         .await;
 }
+
+/// Reads the header at the start of a body stream and verifies it for `bucket`/`key`;
+/// returns it with the bytes already read past it and the rest of the stream.
+pub(crate) async fn verify_body_header(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    blob: Option<StreamingBlob>,
+) -> S3Result<(VerifiedHeader, bytes::Bytes, StreamingBlob)> {
+    let blob = blob.ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
+    let (head, rest, blob) = crate::body::read_prefix(blob, HEADER_SIZE).await?;
+    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let verified = Header::parse(&head)
+        .and_then(|h| h.verify(&gw.keyring, &name))
+        .map_err(|e| keys_error(&e))?;
+    Ok((verified, rest, blob))
+}

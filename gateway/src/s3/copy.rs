@@ -14,7 +14,7 @@
 )]
 
 use kura_keys::format::HEADER_SIZE;
-use kura_keys::{Header, ObjectName, PartSealer, RangeOpener};
+use kura_keys::{ObjectName, PartSealer, RangeOpener};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
@@ -23,6 +23,7 @@ use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
     META_KEY, META_SEALED, check_key, forget, keys_error, locate, metadata_header, seal_metadata,
+    verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
@@ -87,15 +88,8 @@ pub(super) async fn copy_object(
         .content_length
         .and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
-    let blob = got
-        .body
-        .take()
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
-    let (head, rest, blob) = body::read_prefix(blob, HEADER_SIZE).await?;
-    let src_name = ObjectName::new(&src_bucket, &src_key).map_err(|e| keys_error(&e))?;
-    let verified = Header::parse(&head)
-        .and_then(|h| h.verify(&gw.keyring, &src_name))
-        .map_err(|e| keys_error(&e))?;
+    let (verified, rest, blob) =
+        verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
     let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
     let new_header = verified
         .rewrap(&gw.keyring, &dst_name)

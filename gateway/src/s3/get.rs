@@ -3,8 +3,7 @@
 //! down. A whole-object read verifies the header before it answers; a range read fetches
 //! only the segments it needs (the header comes from the cache or one small read).
 
-use kura_keys::format::HEADER_SIZE;
-use kura_keys::{BodyOpener, Header, ObjectName, RangeOpener, SizeInfo};
+use kura_keys::{BodyOpener, RangeOpener, SizeInfo};
 use s3s::dto::{
     ETag, ETagCondition, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Range,
     Timestamp,
@@ -14,7 +13,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 use crate::gateway::Gateway;
 use crate::object::{
     Located, check_key, forget, keys_error, locate, locate_current, metadata_header, open_metadata,
-    range_not_satisfiable,
+    range_not_satisfiable, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{body, etag};
@@ -163,17 +162,9 @@ pub(super) async fn get_object(
                 .size()
         }
     };
-    let blob = out
-        .body
-        .take()
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     // Verify the header before answering: a body that is not ours, or not for this name,
     // is an error response, not a 200 that breaks off.
-    let (head, rest, blob) = body::read_prefix(blob, HEADER_SIZE).await?;
-    let name = ObjectName::new(&bucket, &key).map_err(|e| keys_error(&e))?;
-    let verified = Header::parse(&head)
-        .and_then(|h| h.verify(&gw.keyring, &name))
-        .map_err(|e| keys_error(&e))?;
+    let (verified, rest, blob) = verify_body_header(gw, &bucket, &key, out.body.take()).await?;
     // The metadata's header copy must wrap the same data key as the body (SPEC 7).
     if let Some(meta) = metadata_header(gw, &bucket, &key, out.metadata.as_ref())?
         && meta.secrets().commitment() != verified.secrets().commitment()
