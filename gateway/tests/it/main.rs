@@ -11,6 +11,7 @@
 mod harness;
 
 mod auth;
+mod chunked;
 mod copy;
 mod integrity;
 mod list;
