@@ -66,11 +66,11 @@ fn signed_chunked_put(
         );
         prev = hex::encode(hmac_sha256(&k, sts.as_bytes()));
         body.extend_from_slice(format!("{:x};chunk-signature={prev}\r\n", piece.len()).as_bytes());
-        let mut data = piece.to_vec();
+        let mut bytes = piece.to_vec();
         if tamper_chunk == Some(i) {
-            data[0] ^= 1;
+            bytes[0] ^= 1;
         }
-        body.extend_from_slice(&data);
+        body.extend_from_slice(&bytes);
         body.extend_from_slice(b"\r\n");
     }
     let auth = format!(
