@@ -20,3 +20,4 @@ mod multipart;
 mod objects;
 mod presign;
 mod server;
+mod vhost;

@@ -10,7 +10,7 @@ use kura_gateway::config::TlsFiles;
 use crate::harness::{AK, BUCKET, Env, SK, data, gateway_config, raw_http, start_upstream};
 
 /// A test CA and a certificate for 127.0.0.1 signed by it: (CA, certificate, key).
-fn certificates(
+pub fn certificates(
     dir: &std::path::Path,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let p = |n: &str| dir.join(n);
@@ -191,4 +191,96 @@ async fn shutdown_drains_a_download_in_flight() {
         "no new connections after shutdown"
     );
     drop(client);
+}
+
+/// An upstream reached over HTTPS whose certificate only the configured CA bundle vouches
+/// for: the gateway must trust it through `ca_bundle`, and refuse it without.
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_over_tls_with_a_custom_ca_bundle() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio_rustls::rustls;
+
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(certs.path());
+    let store = tempfile::tempdir().unwrap();
+    let mut b = s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(store.path()).unwrap());
+    b.set_auth(s3s::auth::SimpleAuth::from_single(
+        crate::harness::UP_AK,
+        crate::harness::UP_SK,
+    ));
+    let service = b.build();
+    let cert_chain = rustls_pemfile::certs(&mut std::fs::read(&cert).unwrap().as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pemfile::private_key(&mut std::fs::read(&key).unwrap().as_slice())
+        .unwrap()
+        .unwrap();
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(cert_chain, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let (acceptor, service) = (acceptor.clone(), service.clone());
+            tokio::spawn(async move {
+                if let Ok(stream) = acceptor.accept(socket).await {
+                    let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = conn.serve_connection(TokioIo::new(stream), service).await;
+                }
+            });
+        }
+    });
+    let placeholder = start_upstream().await;
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    let with_ca = |ca_bundle: Option<std::path::PathBuf>| {
+        let mut config = gateway_config(&placeholder, keyring.clone());
+        config.upstream = kura_gateway::config::UpstreamConfig::S3 {
+            url: format!("https://127.0.0.1:{}", up_addr.port()),
+            region: "us-east-1".into(),
+            path_style: true,
+            ca_bundle,
+            credentials: Some((crate::harness::UP_AK.into(), crate::harness::UP_SK.into())),
+        };
+        config
+    };
+    let gw = kura_gateway::server::start(with_ca(Some(ca)))
+        .await
+        .unwrap();
+    let c = crate::harness::client(gw.addr, AK, SK);
+    c.create_bucket().bucket(BUCKET).send().await.unwrap();
+    c.put_object()
+        .bucket(BUCKET)
+        .key("k")
+        .body(b"over tls".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let got = c.get_object().bucket(BUCKET).key("k").send().await.unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"over tls"
+    );
+    gw.shutdown().await;
+    let untrusting = kura_gateway::server::start(with_ca(None)).await.unwrap();
+    let c = crate::harness::client(untrusting.addr, AK, SK);
+    let err = c
+        .head_object()
+        .bucket(BUCKET)
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        crate::harness::status(&err),
+        Some(500),
+        "an upstream certificate from an unknown CA is refused"
+    );
+    untrusting.shutdown().await;
 }
