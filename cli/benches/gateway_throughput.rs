@@ -67,6 +67,13 @@ fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
     Client::from_conf(conf)
 }
 
+/// User CPU seconds of a process.
+fn user_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<f64>().unwrap() / 100.0
+}
+
 /// (user + system CPU seconds, resident KiB, peak resident KiB) of a process.
 fn usage(pid: u32) -> (f64, u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -249,12 +256,15 @@ async fn main() {
     let d_put_signed = put(&direct, "direct-bench", "signed", &file, false).await;
     let g_put_signed = put(&via, "gateway-bench", "signed", &file, false).await;
     let (cpu0, _, _) = usage(pid);
+    let user0 = user_cpu(pid);
     let d_put = put(&direct, "direct-bench", "obj", &file, true).await;
     let g_put = put(&via, "gateway-bench", "obj", &file, true).await;
     let (cpu1, _, _) = usage(pid);
+    let user1 = user_cpu(pid);
     let d_get = get(&direct, "direct-bench", "obj", len).await;
     let g_get = get(&via, "gateway-bench", "obj", len).await;
     let (cpu2, _, hwm) = usage(pid);
+    let user2 = user_cpu(pid);
     let gib = len as f64 / f64::from(1u32 << 30);
     let kind = if plain {
         "s3s-fs"
@@ -282,6 +292,11 @@ async fn main() {
         mbps(len, g_get),
         d_get.as_secs_f64() / g_get.as_secs_f64(),
         (cpu2 - cpu1) / gib
+    );
+    println!(
+        "gateway user-space CPU alone (the rest is kernel: sockets and loopback TCP): PUT {:.3} s/GiB, GET {:.3} s/GiB",
+        (user1 - user0) / gib,
+        (user2 - user1) / gib
     );
     println!(
         "gateway resident memory: {} MiB at start, peak {} MiB, growth {} MiB",
