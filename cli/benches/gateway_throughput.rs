@@ -70,7 +70,12 @@ fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
 /// User CPU seconds of a process.
 fn user_cpu(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     fields[11].parse::<f64>().unwrap() / 100.0
 }
 
