@@ -16,7 +16,7 @@ use kura_keys::{Layout, ObjectName, PartInfo, PartSealer, PayloadKey, SizeInfo};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use super::put::{expectations, header_checksums, seal_body, strip_aws_chunked};
+use super::put::{client_expectations, seal_body, strip_aws_chunked};
 use crate::gateway::Gateway;
 use crate::object::{check_key, forget, keys_error, seal_metadata};
 use crate::upstream::request;
@@ -94,21 +94,7 @@ pub(super) async fn upload_part(
         .ok()
         .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
         .ok_or_else(|| s3_error!(InvalidArgument, "part numbers run from 1 to 10000"))?;
-    let checksums = header_checksums(
-        input.checksum_crc32.take(),
-        input.checksum_crc32c.take(),
-        input.checksum_crc64nvme.take(),
-        input.checksum_sha1.take(),
-        input.checksum_sha256.take(),
-    );
-    let echo = checksums.clone();
-    let expect = expectations(
-        &headers,
-        input.content_length,
-        input.content_md5.take(),
-        checksums,
-        trailing_headers,
-    )?;
+    let (expect, echo) = client_expectations!(input, headers, trailing_headers)?;
     let plaintext_len = expect.len;
     let header = if part == 1 {
         let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;

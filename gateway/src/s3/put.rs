@@ -15,6 +15,31 @@ use crate::{body, etag};
 /// The most one upstream PUT or part may hold, as in S3.
 const MAX_STORED: u64 = 5 << 30;
 
+/// What a PutObject or UploadPart input declares about its body (both have the same
+/// fields): the expectations, and the header checksums to echo in the response. Takes the
+/// checksum and MD5 fields out of the input, so none of them is forwarded upstream.
+macro_rules! client_expectations {
+    ($input:ident, $headers:ident, $trailing:ident) => {{
+        let checksums = $crate::s3::put::header_checksums(
+            $input.checksum_crc32.take(),
+            $input.checksum_crc32c.take(),
+            $input.checksum_crc64nvme.take(),
+            $input.checksum_sha1.take(),
+            $input.checksum_sha256.take(),
+        );
+        let echo = checksums.clone();
+        $crate::s3::put::expectations(
+            &$headers,
+            $input.content_length,
+            $input.content_md5.take(),
+            checksums,
+            $trailing,
+        )
+        .map(|expect| (expect, echo))
+    }};
+}
+pub(super) use client_expectations;
+
 /// The checksums a client sent as headers.
 pub(super) fn header_checksums(
     crc32: Option<String>,
@@ -132,21 +157,7 @@ pub(super) async fn put_object(
     } = req;
     check_key(&input.key)?;
     let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
-    let checksums = header_checksums(
-        input.checksum_crc32.take(),
-        input.checksum_crc32c.take(),
-        input.checksum_crc64nvme.take(),
-        input.checksum_sha1.take(),
-        input.checksum_sha256.take(),
-    );
-    let echo = checksums.clone();
-    let expect = expectations(
-        &headers,
-        input.content_length,
-        input.content_md5.take(),
-        checksums,
-        trailing_headers,
-    )?;
+    let (expect, echo) = client_expectations!(input, headers, trailing_headers)?;
     let plaintext_len = expect.len;
     let secrets = ObjectSecrets::generate().map_err(|e| keys_error(&e))?;
     let header = secrets

@@ -2,19 +2,7 @@
 //! for restic and Kopia: without `Content-Encoding: aws-chunked`, every chunk signed. The
 //! request is built by hand here (SigV4, RFC-style), so the test also controls tampering.
 
-use ring::{digest, hmac};
-
-use crate::harness::{AK, BUCKET, Env, SK, data, status};
-
-fn hex_sha256(b: &[u8]) -> String {
-    hex::encode(digest::digest(&digest::SHA256, b))
-}
-
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
-    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), msg)
-        .as_ref()
-        .to_vec()
-}
+use crate::harness::{AK, BUCKET, Env, data, hex_sha256, hmac_sha256, sigv4_now, status};
 
 /// The raw request: head and chunked body, signed for `host` now.
 fn signed_chunked_put(
@@ -24,20 +12,7 @@ fn signed_chunked_put(
     chunk: usize,
     tamper_chunk: Option<usize>,
 ) -> Vec<u8> {
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!(
-        "{:04}{:02}{:02}",
-        now.year(),
-        u8::from(now.month()),
-        now.day()
-    );
-    let stamp = format!(
-        "{date}T{:02}{:02}{:02}Z",
-        now.hour(),
-        now.minute(),
-        now.second()
-    );
-    let scope = format!("{date}/us-east-1/s3/aws4_request");
+    let (stamp, scope, k) = sigv4_now();
     let path = format!("/{BUCKET}/{key}");
     let mode = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
     let signed_headers = "host;x-amz-content-sha256;x-amz-date;x-amz-decoded-content-length";
@@ -49,10 +24,6 @@ fn signed_chunked_put(
         "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
         hex_sha256(canonical.as_bytes())
     );
-    let mut k = hmac_sha256(format!("AWS4{SK}").as_bytes(), date.as_bytes());
-    for part in ["us-east-1", "s3", "aws4_request"] {
-        k = hmac_sha256(&k, part.as_bytes());
-    }
     let mut prev = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
     let seed = prev.clone();
     let mut body = Vec::new();

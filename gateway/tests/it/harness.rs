@@ -254,3 +254,39 @@ pub fn files(dir: &std::path::Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// SHA-256 as lower-case hex.
+pub fn hex_sha256(b: &[u8]) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, b))
+}
+
+/// HMAC-SHA-256.
+pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), msg)
+        .as_ref()
+        .to_vec()
+}
+
+/// For hand-signed SigV4 requests with the client secret: (x-amz-date value, credential
+/// scope, signing key), for now and region us-east-1.
+pub fn sigv4_now() -> (String, String, Vec<u8>) {
+    let now = time::OffsetDateTime::now_utc();
+    let date = format!(
+        "{:04}{:02}{:02}",
+        now.year(),
+        u8::from(now.month()),
+        now.day()
+    );
+    let stamp = format!(
+        "{date}T{:02}{:02}{:02}Z",
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
+    let scope = format!("{date}/us-east-1/s3/aws4_request");
+    let mut k = hmac_sha256(format!("AWS4{SK}").as_bytes(), date.as_bytes());
+    for part in ["us-east-1", "s3", "aws4_request"] {
+        k = hmac_sha256(&k, part.as_bytes());
+    }
+    (stamp, scope, k)
+}

@@ -3,36 +3,13 @@
 
 use std::sync::Arc;
 
-use ring::{digest, hmac};
-
-use crate::harness::{AK, SK, client, data, gateway_config, start_upstream};
-
-fn hex_sha256(b: &[u8]) -> String {
-    hex::encode(digest::digest(&digest::SHA256, b))
-}
-
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
-    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), msg)
-        .as_ref()
-        .to_vec()
-}
+use crate::harness::{
+    AK, SK, client, data, gateway_config, hex_sha256, hmac_sha256, sigv4_now, start_upstream,
+};
 
 /// A SigV4-signed GET with `UNSIGNED-PAYLOAD` for `host` and `path`.
 fn signed_get(host: &str, path: &str) -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!(
-        "{:04}{:02}{:02}",
-        now.year(),
-        u8::from(now.month()),
-        now.day()
-    );
-    let stamp = format!(
-        "{date}T{:02}{:02}{:02}Z",
-        now.hour(),
-        now.minute(),
-        now.second()
-    );
-    let scope = format!("{date}/us-east-1/s3/aws4_request");
+    let (stamp, scope, k) = sigv4_now();
     let signed = "host;x-amz-content-sha256;x-amz-date";
     let canonical = format!(
         "GET\n{path}\n\nhost:{host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n{signed}\nUNSIGNED-PAYLOAD"
@@ -41,10 +18,6 @@ fn signed_get(host: &str, path: &str) -> String {
         "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
         hex_sha256(canonical.as_bytes())
     );
-    let mut k = hmac_sha256(format!("AWS4{SK}").as_bytes(), date.as_bytes());
-    for part in ["us-east-1", "s3", "aws4_request"] {
-        k = hmac_sha256(&k, part.as_bytes());
-    }
     let sig = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nAuthorization: AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed}, Signature={sig}\r\nConnection: close\r\n\r\n"
