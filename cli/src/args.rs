@@ -67,9 +67,9 @@ pub struct GatewayArgs {
     /// Base domain (with port) for virtual-host-style requests: BUCKET.DOMAIN.
     #[arg(long)]
     pub virtual_host_domain: Option<String>,
-    /// Log format: text or json.
-    #[arg(long, default_value = "text")]
-    pub log_format: String,
+    /// Log format: text or json [default: text].
+    #[arg(long)]
+    pub log_format: Option<String>,
     /// Worker threads [default: one per CPU core].
     #[arg(long, env = "KURA_WORKER_THREADS")]
     pub worker_threads: Option<usize>,

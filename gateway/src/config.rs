@@ -120,6 +120,10 @@ pub struct FileConfig {
     /// Client credentials.
     #[serde(default)]
     pub credentials: Vec<FileCredential>,
+    /// Log format: `text` (default) or `json`.
+    pub log_format: Option<String>,
+    /// Worker threads (default: one per CPU core).
+    pub worker_threads: Option<usize>,
 }
 
 /// Which buckets a client key may use.

@@ -15,7 +15,7 @@ use crate::args::GatewayArgs;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
 
-fn load_file(path: Option<&PathBuf>) -> anyhow::Result<FileConfig> {
+pub fn load_file(path: Option<&PathBuf>) -> anyhow::Result<FileConfig> {
     let Some(path) = path else {
         return Ok(FileConfig::default());
     };
@@ -28,8 +28,7 @@ fn load_keyring(path: &std::path::Path) -> anyhow::Result<Keyring> {
     crate::keys::load_key_file(path)
 }
 
-pub fn build(args: GatewayArgs) -> anyhow::Result<GatewayConfig> {
-    let file = load_file(args.config.as_ref())?;
+pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfig> {
     let listen = args
         .listen
         .or(file.listen)

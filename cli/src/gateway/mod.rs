@@ -10,13 +10,23 @@ use anyhow::Context as _;
 use crate::args::GatewayArgs;
 
 pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
-    init_logging(&args.log_format)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let file = config::load_file(args.config.as_ref())?;
+    let log_format = args
+        .log_format
+        .clone()
+        .or_else(|| file.log_format.clone())
+        .unwrap_or_else(|| "text".into());
+    init_logging(&log_format)?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.worker_threads.or(file.worker_threads) {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async move {
-        let config = config::build(args)?;
+        let config = config::build(args, file)?;
         let running = kura_gateway::server::start(config).await?;
         println!("kura gateway: serving S3 on {}", running.addr);
         wait_for_signal().await;
