@@ -34,6 +34,15 @@ pub(crate) fn to_client_value(upstream: &str) -> String {
     }
 }
 
+/// The client-visible ETag value of an object whose upstream ETag is `upstream` (empty if
+/// the upstream sent none).
+#[must_use]
+pub(crate) fn client_value_of(upstream: Option<&ETag>) -> String {
+    upstream
+        .map(|e| to_client_value(e.value()))
+        .unwrap_or_default()
+}
+
 /// The client-visible ETag for an upstream ETag.
 #[must_use]
 pub(crate) fn to_client(upstream: &ETag) -> ETag {

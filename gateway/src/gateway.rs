@@ -36,6 +36,9 @@ impl Gateway {
         credentials: Credentials,
         metrics: Metrics,
     ) -> Self {
+        // Every upstream call goes through the counting layer, which also normalises
+        // deferred completions.
+        let upstream = upstream.counted(metrics.clone());
         let located = moka::future::Cache::builder()
             // Weighed by layout size: a layout table can list 10,000 parts.
             .weigher(|_, v: &Arc<Located>| {

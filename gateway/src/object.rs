@@ -154,12 +154,27 @@ pub(crate) fn open_metadata(
     key: &str,
     meta: Option<Metadata>,
 ) -> S3Result<Option<Metadata>> {
+    let sealed = meta.as_ref().is_some_and(|m| m.contains_key(META_SEALED));
+    let verified = if sealed {
+        metadata_header(gw, bucket, key, meta.as_ref())?
+    } else {
+        None
+    };
+    open_metadata_with(verified.as_ref(), meta)
+}
+
+/// [`open_metadata`] with the metadata's header copy already verified (by
+/// [`metadata_header`]), so that a caller that checked it need not verify it again.
+pub(crate) fn open_metadata_with(
+    verified: Option<&VerifiedHeader>,
+    meta: Option<Metadata>,
+) -> S3Result<Option<Metadata>> {
     let Some(meta) = meta else { return Ok(None) };
     let Some(sealed) = meta.get(META_SEALED) else {
         let rest: Metadata = meta.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
         return Ok((!rest.is_empty()).then_some(rest));
     };
-    let verified = metadata_header(gw, bucket, key, Some(&meta))?
+    let verified = verified
         .ok_or_else(|| s3_error!(InternalError, "sealed metadata without its key header"))?;
     let pairs = verified
         .secrets()

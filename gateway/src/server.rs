@@ -291,7 +291,6 @@ pub async fn start_with_upstream(
     upstream: Upstream,
 ) -> Result<Running, ServerError> {
     let metrics = Metrics::default();
-    let upstream = upstream.counted(metrics.clone());
     let credentials = Credentials::new(config.credentials.clone());
     let gateway = Gateway::new(
         upstream.clone(),

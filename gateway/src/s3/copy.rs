@@ -18,12 +18,11 @@ use kura_keys::{ObjectName, PartSealer, RangeOpener};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use super::get::Conditions;
+use super::get::{Conditions, stored_len};
 use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, keys_error, locate, metadata_header, seal_metadata,
-    verify_body_header,
+    META_KEY, META_SEALED, check_key, forget, keys_error, locate, seal_metadata, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
@@ -75,19 +74,12 @@ pub(super) async fn copy_object(
         ..Default::default()
     };
     let mut got = gw.upstream.s3().get_object(request(src)).await?.output;
-    let src_etag = got
-        .e_tag
-        .as_ref()
-        .map(|e| etag::to_client_value(e.value()))
-        .unwrap_or_default();
+    let src_etag = etag::client_value_of(got.e_tag.as_ref());
     // A failed source condition is 412 for CopyObject, whichever kind.
     conditions
         .check(&src_etag, got.last_modified.as_ref())
         .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))?;
-    let ciphertext_len = got
-        .content_length
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
+    let ciphertext_len = stored_len(got.content_length)?;
     let (verified, rest, blob) =
         verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
     let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
@@ -165,7 +157,6 @@ pub(super) async fn copy_object(
         copy_source_version_id: got.version_id,
         ..Default::default()
     };
-    let _ = metadata_header;
     Ok(S3Response::new(output))
 }
 

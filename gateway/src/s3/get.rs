@@ -13,7 +13,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 use crate::gateway::Gateway;
 use crate::object::{
     Located, check_key, forget, keys_error, locate, locate_current, metadata_header, open_metadata,
-    range_not_satisfiable, verify_body_header,
+    open_metadata_with, range_not_satisfiable, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{body, etag};
@@ -115,13 +115,45 @@ fn invalid_part_number(count: u32) -> S3Error {
     e
 }
 
-fn conditions_of_get(input: &GetObjectInput) -> Conditions {
-    Conditions {
-        if_match: input.if_match.clone(),
-        if_none_match: input.if_none_match.clone(),
-        if_modified_since: input.if_modified_since.clone(),
-        if_unmodified_since: input.if_unmodified_since.clone(),
-    }
+/// The conditions of a GetObject or HeadObject input (same field names).
+macro_rules! conditions_of {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.if_match.clone(),
+            if_none_match: $input.if_none_match.clone(),
+            if_modified_since: $input.if_modified_since.clone(),
+            if_unmodified_since: $input.if_unmodified_since.clone(),
+        }
+    };
+}
+
+/// The stored (ciphertext) length an upstream reported.
+pub(super) fn stored_len(content_length: Option<i64>) -> S3Result<u64> {
+    content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))
+}
+
+/// The plaintext size of an object the upstream just described (stored length, ETag): from
+/// the length alone when it is aligned, else from its trailer (SPEC 6.1).
+async fn plaintext_size_of(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    upstream_etag: Option<&ETag>,
+    stored: u64,
+) -> S3Result<(u64, SizeInfo)> {
+    let info = kura_keys::plaintext_size(stored).map_err(|e| keys_error(&e))?;
+    let size = match info {
+        SizeInfo::Aligned(n) => n,
+        SizeInfo::Trailer => {
+            locate_current(gw, bucket, key, version_id, upstream_etag.map(ETag::value))
+                .await?
+                .size()
+        }
+    };
+    Ok((size, info))
 }
 
 pub(super) async fn get_object(
@@ -133,7 +165,7 @@ pub(super) async fn get_object(
     if input.range.is_some() || input.part_number.is_some() {
         return get_span(gw, input, true).await;
     }
-    let conditions = conditions_of_get(&input);
+    let conditions = conditions_of!(input);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let up = GetObjectInput {
         bucket: input.bucket,
@@ -142,32 +174,26 @@ pub(super) async fn get_object(
         ..Default::default()
     };
     let mut out = gw.upstream.s3().get_object(request(up)).await?.output;
-    let client_etag = out
-        .e_tag
-        .as_ref()
-        .map(|e| etag::to_client_value(e.value()))
-        .unwrap_or_default();
+    let client_etag = etag::client_value_of(out.e_tag.as_ref());
     conditions.check(&client_etag, out.last_modified.as_ref())?;
-    let ciphertext_len = out
-        .content_length
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
-    let size_info = kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))?;
-    let size = match size_info {
-        SizeInfo::Aligned(n) => n,
-        SizeInfo::Trailer => {
-            let current = out.e_tag.as_ref().map(ETag::value);
-            locate_current(gw, &bucket, &key, out.version_id.as_deref(), current)
-                .await?
-                .size()
-        }
-    };
+    let stored = stored_len(out.content_length)?;
+    let (size, size_info) = plaintext_size_of(
+        gw,
+        &bucket,
+        &key,
+        out.version_id.as_deref(),
+        out.e_tag.as_ref(),
+        stored,
+    )
+    .await?;
     // Verify the header before answering: a body that is not ours, or not for this name,
     // is an error response, not a 200 that breaks off.
     let (verified, rest, blob) = verify_body_header(gw, &bucket, &key, out.body.take()).await?;
     // The metadata's header copy must wrap the same data key as the body (SPEC 7).
-    if let Some(meta) = metadata_header(gw, &bucket, &key, out.metadata.as_ref())?
-        && meta.secrets().commitment() != verified.secrets().commitment()
+    let meta_header = metadata_header(gw, &bucket, &key, out.metadata.as_ref())?;
+    if meta_header
+        .as_ref()
+        .is_some_and(|m| m.secrets().commitment() != verified.secrets().commitment())
     {
         return Err(s3_error!(
             InternalError,
@@ -178,7 +204,7 @@ pub(super) async fn get_object(
         .expect_trailer(size_info == SizeInfo::Trailer);
     let plain = body::transform(body::prepend(rest, blob), opener, size);
     gw.metrics.bytes_out(size);
-    let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    let metadata = open_metadata_with(meta_header.as_ref(), out.metadata.take())?;
     let output = GetObjectOutput {
         body: Some(plain),
         content_length: Some(i64::try_from(size).unwrap_or(i64::MAX)),
@@ -214,7 +240,7 @@ async fn get_span(
         .as_deref()
         .map(etag::to_client_value)
         .unwrap_or_default();
-    conditions_of_get(&input).check(&client_etag, located.last_modified.as_ref())?;
+    conditions_of!(input).check(&client_etag, located.last_modified.as_ref())?;
     let size = located.size();
     let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
@@ -288,12 +314,7 @@ pub(super) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = req.input;
     check_key(&input.key)?;
-    let conditions = Conditions {
-        if_match: input.if_match.clone(),
-        if_none_match: input.if_none_match.clone(),
-        if_modified_since: input.if_modified_since.clone(),
-        if_unmodified_since: input.if_unmodified_since.clone(),
-    };
+    let conditions = conditions_of!(input);
     let (bucket, key, part) = (input.bucket.clone(), input.key.clone(), input.part_number);
     let up = HeadObjectInput {
         bucket: input.bucket,
@@ -302,38 +323,34 @@ pub(super) async fn head_object(
         ..Default::default()
     };
     let mut out = gw.upstream.s3().head_object(request(up)).await?.output;
-    let client_etag = out
-        .e_tag
-        .as_ref()
-        .map(|e| etag::to_client_value(e.value()))
-        .unwrap_or_default();
+    let client_etag = etag::client_value_of(out.e_tag.as_ref());
     conditions.check(&client_etag, out.last_modified.as_ref())?;
-    let ciphertext_len = out
-        .content_length
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))?;
-    let (mut size, mut parts_count) = (None, None);
-    if let Ok(SizeInfo::Aligned(n)) = kura_keys::plaintext_size(ciphertext_len) {
-        size = Some(n);
-    }
-    if size.is_none() || part.is_some() {
+    let stored = stored_len(out.content_length)?;
+    let (size, parts_count) = if let Some(n) = part {
         let current = out.e_tag.as_ref().map(ETag::value);
         let located = locate_current(gw, &bucket, &key, out.version_id.as_deref(), current).await?;
-        size = Some(located.size());
-        if let Some(n) = part {
-            let n = u32::try_from(n)
-                .map_err(|_| s3_error!(InvalidArgument, "partNumber must be positive"))?;
-            let (_, len) = located
-                .layout
-                .part_span(n)
-                .ok_or_else(|| invalid_part_number(located.layout.part_count()))?;
-            size = Some(len);
-            parts_count = Some(i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX));
-        }
-    }
+        let n = u32::try_from(n)
+            .map_err(|_| s3_error!(InvalidArgument, "partNumber must be positive"))?;
+        let (_, len) = located
+            .layout
+            .part_span(n)
+            .ok_or_else(|| invalid_part_number(located.layout.part_count()))?;
+        (
+            len,
+            Some(i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX)),
+        )
+    } else {
+        let version = out.version_id.as_deref();
+        (
+            plaintext_size_of(gw, &bucket, &key, version, out.e_tag.as_ref(), stored)
+                .await?
+                .0,
+            None,
+        )
+    };
     let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
     let output = HeadObjectOutput {
-        content_length: size.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        content_length: Some(i64::try_from(size).unwrap_or(i64::MAX)),
         e_tag: Some(ETag::Strong(client_etag)),
         metadata,
         accept_ranges: Some("bytes".into()),

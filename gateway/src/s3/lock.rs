@@ -124,15 +124,12 @@ pub(super) async fn put_locked(
             multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
             ..Default::default()
         };
-        let mut out = gw
+        let out = gw
             .upstream
             .s3()
             .complete_multipart_upload(request(done))
             .await?
             .output;
-        if let Some(fut) = out.future.take() {
-            out = fut.await?;
-        }
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,
@@ -140,18 +137,5 @@ pub(super) async fn put_locked(
         })
     }
     .await;
-    if result.is_err() {
-        let abort = AbortMultipartUploadInput {
-            bucket,
-            key,
-            upload_id: id,
-            ..Default::default()
-        };
-        let _ = gw
-            .upstream
-            .s3()
-            .abort_multipart_upload(request(abort))
-            .await;
-    }
-    result
+    super::multipart::abort_on_error(gw, &bucket, &key, &id, result).await
 }

@@ -290,15 +290,12 @@ pub(super) async fn complete(
         if_none_match: super::put::upstream_condition(input.if_none_match.take()),
         ..input
     };
-    let mut out = gw
+    let out = gw
         .upstream
         .s3()
         .complete_multipart_upload(request(up))
         .await?
         .output;
-    if let Some(fut) = out.future.take() {
-        out = fut.await?;
-    }
     forget(gw, &bucket, &key).await;
     if is_regular(&layout) {
         let output = CompleteMultipartUploadOutput {
@@ -455,26 +452,35 @@ async fn append_trailer(
             }),
             ..Default::default()
         };
-        let mut out = gw
+        let out = gw
             .upstream
             .s3()
             .complete_multipart_upload(request(done))
             .await?
             .output;
-        if let Some(fut) = out.future.take() {
-            out = fut.await?;
-        }
         let etag = out
             .e_tag
             .ok_or_else(|| s3_error!(InternalError, "no ETag"))?;
         Ok((etag, out.version_id))
     }
     .await;
+    abort_on_error(gw, bucket, key, &id, result).await
+}
+
+/// Passes `result` on; when it is an error, first aborts the gateway's own upstream upload
+/// `id` so that no parts are left behind.
+pub(super) async fn abort_on_error<T>(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    result: S3Result<T>,
+) -> S3Result<T> {
     if result.is_err() {
         let abort = AbortMultipartUploadInput {
             bucket: bucket.into(),
             key: key.into(),
-            upload_id: id,
+            upload_id: id.into(),
             ..Default::default()
         };
         let _ = gw

@@ -1,4 +1,6 @@
-//! Every upstream call counted in the metrics, with its error code when it fails.
+//! Every upstream call counted in the metrics, with its error code when it fails; and the
+//! one place where an upstream's deferred CompleteMultipartUpload result (s3s-fs returns it
+//! in `future`) is awaited, so no caller has to know.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -15,10 +17,32 @@ pub(crate) struct Counted {
     pub(crate) metrics: Metrics,
 }
 
+impl Counted {
+    async fn complete(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let mut resp = self.inner.complete_multipart_upload(req).await?;
+        if let Some(fut) = resp.output.future.take() {
+            resp.output = fut.await?;
+        }
+        Ok(resp)
+    }
+}
+
 macro_rules! counted {
     ($($name:ident: $input:ty => $output:ty = $op:literal;)*) => {
         #[async_trait::async_trait]
         impl S3 for Counted {
+            async fn complete_multipart_upload(&self, req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+                self.metrics.upstream_request("CompleteMultipartUpload");
+                let r = self.complete(req).await;
+                if let Err(e) = &r {
+                    self.metrics.upstream_error("CompleteMultipartUpload", e.code().as_str());
+                }
+                r
+            }
+
             $(
                 async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
                     self.metrics.upstream_request($op);
@@ -46,7 +70,6 @@ counted! {
     create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput = "CreateMultipartUpload";
     upload_part: UploadPartInput => UploadPartOutput = "UploadPart";
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput = "UploadPartCopy";
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput = "CompleteMultipartUpload";
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput = "AbortMultipartUpload";
     list_parts: ListPartsInput => ListPartsOutput = "ListParts";
     list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput = "ListMultipartUploads";
