@@ -49,7 +49,7 @@ pub use layout::{
 pub use metadata::SEALED_METADATA_NAME;
 pub use open::BodyOpener;
 pub use range::{CiphertextRange, RangeOpener};
-pub use reader::{ObjectReader, pump};
+pub use reader::{ObjectReader, RangeWriter, pump};
 pub use seal::PartSealer;
 pub use segment::SegmentId;
 pub use stream::transform_stream;

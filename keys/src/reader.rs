@@ -85,19 +85,11 @@ impl<R: Read + Seek> ObjectReader<R> {
     /// `RangeNotSatisfiable`, or any segment error.
     pub fn read_range(&mut self, start: u64, end: u64, out: &mut impl Write) -> Result<()> {
         let Some(layout) = self.layout.clone() else {
-            let mut window = Window {
-                start,
-                end,
-                pos: 0,
-                out,
-            };
+            let mut window = RangeWriter::new(start, end, out);
             self.read_all(&mut window)?;
-            return if window.pos <= start {
-                Err(Error::RangeNotSatisfiable {
-                    start,
-                    end,
-                    size: window.pos,
-                })
+            let size = window.position();
+            return if size <= start {
+                Err(Error::RangeNotSatisfiable { start, end, size })
             } else {
                 Ok(())
             };
@@ -158,15 +150,34 @@ fn boundaries_agree<R: Read + Seek>(src: &mut R, layout: &Layout) -> Result<bool
     Ok(true)
 }
 
-/// A writer that passes on only bytes `start..=end` of what it is given.
-struct Window<'a, W> {
+/// A writer that passes on only bytes `start..=end` (of everything written to it) to
+/// `out`: a range of a stream that can only be read front to back.
+pub struct RangeWriter<'a, W> {
     start: u64,
     end: u64,
     pos: u64,
     out: &'a mut W,
 }
 
-impl<W: Write> Write for Window<'_, W> {
+impl<'a, W: Write> RangeWriter<'a, W> {
+    /// Keeps bytes `start..=end`.
+    pub fn new(start: u64, end: u64, out: &'a mut W) -> Self {
+        Self {
+            start,
+            end,
+            pos: 0,
+            out,
+        }
+    }
+
+    /// How many bytes were written to it in all (the stream's length, once it ended).
+    #[must_use]
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+}
+
+impl<W: Write> Write for RangeWriter<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let end = self.pos + buf.len() as u64;
         let from = self.start.clamp(self.pos, end);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use kura_keys::{BodyOpener, ObjectName, ObjectReader, Transform};
+use kura_keys::{BodyOpener, ObjectName, ObjectReader};
 
 use super::file;
 use crate::args::ObjectArgs;
@@ -118,33 +118,12 @@ fn pipe_range(
             bail!("a suffix range needs seekable input: redirect stdin from a file or use --input")
         }
     };
-    let mut inbuf = vec![0u8; 1 << 18];
-    let mut plain = Vec::new();
-    let mut pos = 0u64;
-    let mut stdin = std::io::stdin().lock();
-    let mut done = false;
-    while !done {
-        let n = std::io::Read::read(&mut stdin, &mut inbuf)?;
-        if n == 0 {
-            opener
-                .finish(&mut plain)
-                .context("decrypting (any output written so far is incomplete: discard it)")?;
-            done = true;
-        } else {
-            opener
-                .update(&inbuf[..n], &mut plain)
-                .context("decrypting")?;
-        }
-        let end = pos + plain.len() as u64;
-        let from = a.clamp(pos, end);
-        let to = b.saturating_add(1).clamp(pos, end);
-        let slice = |x: u64| usize::try_from(x - pos).expect("within the buffer");
-        out.write_all(&plain[slice(from)..slice(to)])?;
-        pos = end;
-        plain.clear();
-    }
-    if a >= pos {
-        bail!("range is not satisfiable for an object of {pos} bytes");
+    let mut window = kura_keys::RangeWriter::new(a, b, out);
+    kura_keys::pump(&mut std::io::stdin().lock(), &mut opener, &mut window)
+        .context("decrypting (any output written so far is incomplete: discard it)")?;
+    let size = window.position();
+    if a >= size {
+        bail!("range is not satisfiable for an object of {size} bytes");
     }
     Ok(())
 }
