@@ -11,6 +11,7 @@
 //!   body; [`RangeOpener`] opens just the segments of a range (SPEC 6.2).
 //! - [`Layout`], [`plaintext_size`]: sizes and locations (SPEC 6); [`trailer`] (SPEC 5.3).
 //! - [`ObjectReader`]: random access to a body in a seekable source (offline recovery).
+//!   [`RangeWriter`] keeps a range of a body that can only be walked.
 //! - [`transform_stream`]: any of the above over an async stream of byte chunks.
 //!
 //! Every sealer and opener holds at most one segment (or one trailer) of state, so memory
