@@ -13,6 +13,10 @@
 //!
 //! Mapping: an upstream ETag that already ends in `-<digits>` (multipart) is kept; any
 //! other gets `-0`, a part count S3 never produces. The inverse strips `-0`.
+//!
+//! Part ETags (UploadPart, UploadPartCopy, ListParts) follow the same mapping, and
+//! CompleteMultipartUpload maps them back: s3cmd compares a part's 32-hex ETag with the MD5
+//! of the plaintext part it sent and retries, then gives up, when they differ.
 
 use s3s::dto::{ETag, ETagCondition};
 

@@ -141,6 +141,14 @@ impl App {
         let method = method_label(req.method());
         let request_id = format!("{:016x}", rand_u64());
         let span = tracing::info_span!("request", id = %request_id, method = %method, path = %req.uri().path());
+        let expects_continue = req
+            .headers()
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let declares_empty_body = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == b"0");
         async move {
             // With a separate admin listener, the S3 listener leaves these paths to S3 (a
             // bucket may be called `metrics`).
@@ -160,6 +168,17 @@ impl App {
             };
             if let Ok(v) = http::HeaderValue::from_str(&request_id) {
                 resp.headers_mut().insert("x-amz-request-id", v);
+            }
+            if expects_continue && (declares_empty_body || !resp.status().is_success()) {
+                // hyper sends `100 Continue` only when the body is read, so these requests
+                // get their final answer straight away. botocore (aws-cli, boto3) then
+                // parses the next response on the same connection as if its status line
+                // were already read, loses its headers and waits for a body until its read
+                // timeout (60 s). A fresh connection avoids that.
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
             }
             let status = resp.status().as_u16();
             self.metrics.request(method, status, started.elapsed());
@@ -230,6 +249,11 @@ async fn accept_loop(
             },
             _ = stop.changed() => break,
         };
+        // A response's head and a short body go out as separate writes; with Nagle on,
+        // the second waits for the client's delayed ACK (40 ms on Linux).
+        if let Err(e) = socket.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
         let app = app.clone();
         let service = hyper::service::service_fn(move |req| app.clone().handle(req, admin_only));
         match &tls {

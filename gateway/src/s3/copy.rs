@@ -284,7 +284,7 @@ pub(super) async fn upload_part_copy(
     let out = gw.upstream.s3().upload_part(request(up)).await?.output;
     let output = UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {
-            e_tag: out.e_tag,
+            e_tag: out.e_tag.as_ref().map(etag::to_client),
             last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
             ..Default::default()
         }),

@@ -125,7 +125,7 @@ pub(super) async fn upload_part(
     }
     gw.metrics.bytes_in(plaintext_len);
     let output = UploadPartOutput {
-        e_tag: out.e_tag,
+        e_tag: out.e_tag.as_ref().map(etag::to_client),
         checksum_crc32: echo.checksum_crc32,
         checksum_crc32c: echo.checksum_crc32c,
         checksum_crc64nvme: echo.checksum_crc64nvme,
@@ -270,6 +270,11 @@ pub(super) async fn complete(
         .and_then(|m| m.parts.as_mut())
     {
         for p in parts {
+            // Part ETags were handed out in client form (etag.rs); the upstream wants its own.
+            p.e_tag = p
+                .e_tag
+                .take()
+                .map(|e| ETag::Strong(etag::to_upstream_value(e.value())));
             p.checksum_crc32 = None;
             p.checksum_crc32c = None;
             p.checksum_crc64nvme = None;
@@ -523,6 +528,7 @@ pub(super) async fn list_parts(
                     .ok()
                     .and_then(|n| i64::try_from(n).ok());
             }
+            p.e_tag = p.e_tag.as_ref().map(etag::to_client);
             p.checksum_crc32 = None;
             p.checksum_crc32c = None;
             p.checksum_crc64nvme = None;

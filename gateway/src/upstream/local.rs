@@ -3,7 +3,11 @@
 //! s3s-fs serves reads in 4 KiB pieces, each a blocking-pool round trip (about 80 MB/s
 //! here, `../shared/NOTES.md` section 7), which would make the embedded default's upstream
 //! the bottleneck. This wrapper answers GetObject itself from the same files with 1 MiB
-//! reads, and hands every other call to s3s-fs unchanged.
+//! reads, and hands every other call to s3s-fs unchanged, but for one fix: s3s-fs answers
+//! HeadObject and DeleteObject of a key that names a directory (the key `a` when `a/b`
+//! exists) with 500 InternalError after reading the directory as a file; S3 answers 404
+//! and 204. rclone HEADs its destination path before every copy, so the 500s (retried by
+//! rclone and the gateway alike) cost it minutes.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -50,14 +54,26 @@ macro_rules! store {
             async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
                 self.read(req).await
             }
+
+            async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+                if self.names_directory(&req.input.bucket, &req.input.key).await {
+                    return Err(s3_error!(NoSuchKey));
+                }
+                self.fs.head_object(req).await
+            }
+
+            async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+                if self.names_directory(&req.input.bucket, &req.input.key).await {
+                    return Ok(S3Response::new(DeleteObjectOutput::default()));
+                }
+                self.fs.delete_object(req).await
+            }
         }
     };
 }
 
 store! {
     put_object: PutObjectInput => PutObjectOutput;
-    head_object: HeadObjectInput => HeadObjectOutput;
-    delete_object: DeleteObjectInput => DeleteObjectOutput;
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     list_objects: ListObjectsInput => ListObjectsOutput;
     list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
@@ -76,6 +92,15 @@ store! {
 }
 
 impl LocalDir {
+    /// Whether `key` names a directory of the store rather than an object. s3s-fs keeps
+    /// keys that end in `/` as directories on purpose, so those are left to it.
+    async fn names_directory(&self, bucket: &str, key: &str) -> bool {
+        let path = self.root.join(bucket).join(key);
+        !key.ends_with('/')
+            && path.starts_with(&self.root)
+            && tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
+    }
+
     /// GetObject from the file, in 1 MiB reads; metadata from s3s-fs's sidecar.
     async fn read(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
@@ -90,7 +115,7 @@ impl LocalDir {
             key: input.key.clone(),
             ..Default::default()
         };
-        let head = self.fs.head_object(request(head)).await?.output;
+        let head = S3::head_object(self, request(head)).await?.output;
         if let Some(ETagCondition::ETag(want)) = &input.if_match
             && head.e_tag.as_ref().map(ETag::value) != Some(want.value())
         {

@@ -284,3 +284,57 @@ async fn upstream_over_tls_with_a_custom_ca_bundle() {
     );
     untrusting.shutdown().await;
 }
+
+/// A hand-signed empty PUT (`UNSIGNED-PAYLOAD`), with or without `Expect: 100-continue`,
+/// on a keep-alive connection; returns the response head, lower-cased.
+async fn empty_put_head(addr: std::net::SocketAddr, key: &str, expect: bool) -> String {
+    use crate::harness::{hex_sha256, sigv4_now};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (stamp, scope, k) = sigv4_now();
+    let host = addr.to_string();
+    let path = format!("/{BUCKET}/{key}");
+    let signed = "host;x-amz-content-sha256;x-amz-date";
+    let canonical = format!(
+        "PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n{signed}\nUNSIGNED-PAYLOAD"
+    );
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex_sha256(canonical.as_bytes())
+    );
+    let sig = hex::encode(crate::harness::hmac_sha256(&k, to_sign.as_bytes()));
+    let expect = if expect {
+        "Expect: 100-continue\r\n"
+    } else {
+        ""
+    };
+    let req = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n{expect}Authorization: AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed}, Signature={sig}\r\nContent-Length: 0\r\n\r\n"
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).await.unwrap(),
+            1,
+            "connection closed mid-head"
+        );
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+/// botocore (aws-cli `s3 sync` of a tree with an empty file) sends `Expect: 100-continue`
+/// on an empty PUT; hyper answers at once, without `100 Continue`, and botocore then
+/// misreads the next response on that connection and waits 60 s for it.
+#[tokio::test]
+async fn an_empty_put_expecting_100_continue_gets_a_fresh_connection_next_time() {
+    let env = Env::start().await;
+    let head = empty_put_head(env.gateway.addr, "empty-expect", true).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    let head = empty_put_head(env.gateway.addr, "empty-plain", false).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+}
