@@ -1,1 +1,34 @@
-//! The deduplicating snapshot repository (issue 5); empty until then.
+//! kura's deduplicating snapshot repository (issue 5; format in `FORMAT.md`).
+//!
+//! Everything is stored through a kura gateway, which encrypts it; this crate chunks
+//! (FastCDC for files and streams, fixed blocks with holes for devices), names chunks by
+//! keyed BLAKE3, compresses them with zstd when that pays, packs them, and writes index,
+//! tree and snapshot objects in an order that leaves the repository readable whenever a
+//! backup stops.
+//!
+//! - [`backend`]: storage keyed by (file type, name); S3 through the gateway.
+//! - [`Repository`]: an opened repository (config read, index loaded).
+//! - [`backup()`] and [`restore()`]: the two directions.
+
+pub mod backend;
+pub mod backup;
+pub mod blob;
+pub mod config;
+pub mod error;
+pub mod id;
+pub mod index;
+pub mod pack;
+pub mod repository;
+pub mod restore;
+pub mod snapshot;
+pub mod tree;
+
+pub use backend::{Backend, FileType, S3Backend, S3Location};
+pub use backup::{Options as BackupOptions, Source, backup};
+pub use config::{Config, Params};
+pub use error::{RepoError, Result};
+pub use id::Id;
+pub use repository::Repository;
+pub use restore::{RestoreSummary, restore, write_content};
+pub use snapshot::Snapshot;
+pub use tree::{Content, Node, NodeType, Tree};

@@ -1,0 +1,325 @@
+//! Where repository objects are stored: a small trait keyed by (file type, name), and its
+//! one implementation, S3 through a kura gateway (FORMAT.md section 2).
+
+use std::future::Future;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+
+use crate::error::{RepoError, Result};
+
+/// The kinds of repository objects, each under its own name prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileType {
+    /// `config`.
+    Config,
+    /// `data/XX/ID`: packs.
+    Pack,
+    /// `index/ID`.
+    Index,
+    /// `snapshots/ID`.
+    Snapshot,
+}
+
+impl FileType {
+    /// The object name of `name` (an ID in hex; ignored for `Config`), relative to the
+    /// repository prefix.
+    #[must_use]
+    pub fn path(self, name: &str) -> String {
+        match self {
+            Self::Config => "config".into(),
+            Self::Pack => format!("data/{}/{name}", name.get(..2).unwrap_or("00")),
+            Self::Index => format!("index/{name}"),
+            Self::Snapshot => format!("snapshots/{name}"),
+        }
+    }
+
+    fn list_prefix(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::Pack => "data/",
+            Self::Index => "index/",
+            Self::Snapshot => "snapshots/",
+        }
+    }
+}
+
+/// Object storage for one repository. Objects are small (config, index, snapshots) or
+/// bounded by the pack size, so whole-object calls take and return `Bytes`.
+pub trait Backend: Send + Sync + 'static {
+    /// Stores an object (replacing none: every name but `config` is content-addressed).
+    fn put(&self, ft: FileType, name: &str, data: Bytes)
+    -> impl Future<Output = Result<()>> + Send;
+    /// Reads a whole object.
+    fn get(&self, ft: FileType, name: &str) -> impl Future<Output = Result<Bytes>> + Send;
+    /// Reads `len` bytes at `offset`.
+    fn get_range(
+        &self,
+        ft: FileType,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Bytes>> + Send;
+    /// Whether an object exists.
+    fn exists(&self, ft: FileType, name: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// Names (IDs in hex) and sizes of all objects of a type.
+    fn list(&self, ft: FileType) -> impl Future<Output = Result<Vec<(String, u64)>>> + Send;
+    /// Deletes an object.
+    fn delete(&self, ft: FileType, name: &str) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
+pub struct S3Backend {
+    client: Client,
+    bucket: String,
+    prefix: String,
+}
+
+/// Where a repository is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct S3Location {
+    /// The gateway's URL.
+    pub endpoint: String,
+    /// Bucket.
+    pub bucket: String,
+    /// Prefix inside the bucket, without leading or trailing `/` (may be empty).
+    pub prefix: String,
+    /// Gateway access key ID.
+    pub access_key: String,
+    /// Gateway secret (not logged).
+    pub secret_key: String,
+}
+
+impl S3Location {
+    /// Parses `s3://BUCKET[/PREFIX]`; returns (bucket, prefix).
+    ///
+    /// # Errors
+    /// When `repo` is not of that form.
+    pub fn parse_repo(repo: &str) -> Result<(String, String)> {
+        let rest = repo
+            .strip_prefix("s3://")
+            .ok_or_else(|| RepoError::Storage(format!("{repo:?}: expected s3://BUCKET/PREFIX")))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(RepoError::Storage(format!("{repo:?}: no bucket")));
+        }
+        Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+    }
+}
+
+impl S3Backend {
+    /// A client for the repository at `loc`.
+    #[must_use]
+    pub fn new(loc: &S3Location) -> Self {
+        let conf = aws_sdk_s3::config::Builder::new()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&loc.endpoint)
+            .force_path_style(true)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new(
+                &loc.access_key,
+                &loc.secret_key,
+                None,
+                None,
+                "kura",
+            ))
+            .build();
+        Self {
+            client: Client::from_conf(conf),
+            bucket: loc.bucket.clone(),
+            prefix: loc.prefix.clone(),
+        }
+    }
+
+    fn key(&self, ft: FileType, name: &str) -> String {
+        if self.prefix.is_empty() {
+            ft.path(name)
+        } else {
+            format!("{}/{}", self.prefix, ft.path(name))
+        }
+    }
+
+    /// Creates the bucket if it does not exist (for `kura init`).
+    ///
+    /// # Errors
+    /// When the gateway refuses both HEAD and CREATE of the bucket.
+    pub async fn ensure_bucket(&self) -> Result<()> {
+        if self
+            .client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        self.client
+            .create_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map_err(|e| storage("CreateBucket", &self.bucket, &e))?;
+        Ok(())
+    }
+}
+
+/// One line for a failed SDK call: the S3 error code and message, or why the gateway could
+/// not be reached.
+fn storage<E>(
+    op: &str,
+    key: &str,
+    e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> RepoError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata,
+{
+    use aws_sdk_s3::error::SdkError;
+    let detail = match e {
+        SdkError::ServiceError(s) => format!(
+            "{} {} (HTTP {})",
+            s.err().code().unwrap_or("error"),
+            s.err().message().unwrap_or(""),
+            s.raw().status().as_u16()
+        ),
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
+            "cannot reach the gateway (wrong --endpoint, or it is not running?)".into()
+        }
+        other => other.to_string(),
+    };
+    RepoError::Storage(format!("{op} {key}: {detail}"))
+}
+
+impl Backend for S3Backend {
+    async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
+        let key = self.key(ft, name);
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(|e| storage("PutObject", &key, &e))?;
+        Ok(())
+    }
+
+    async fn get(&self, ft: FileType, name: &str) -> Result<Bytes> {
+        let key = self.key(ft, name);
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.as_service_error()
+                    .is_some_and(aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key)
+                {
+                    RepoError::NotFound(key.clone())
+                } else {
+                    storage("GetObject", &key, &e)
+                }
+            })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?;
+        Ok(body.into_bytes())
+    }
+
+    async fn get_range(&self, ft: FileType, name: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let key = self.key(ft, name);
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .range(format!("bytes={offset}-{}", offset + len - 1))
+            .send()
+            .await
+            .map_err(|e| storage("GetObject", &key, &e))?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?;
+        let body = body.into_bytes();
+        if body.len() as u64 != len {
+            return Err(RepoError::corrupt(
+                key,
+                format!("range read returned {} of {len} bytes", body.len()),
+            ));
+        }
+        Ok(body)
+    }
+
+    async fn exists(&self, ft: FileType, name: &str) -> Result<bool> {
+        let key = self.key(ft, name);
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(storage("HeadObject", &key, &e)),
+        }
+    }
+
+    async fn list(&self, ft: FileType) -> Result<Vec<(String, u64)>> {
+        let prefix = if self.prefix.is_empty() {
+            ft.list_prefix().to_string()
+        } else {
+            format!("{}/{}", self.prefix, ft.list_prefix())
+        };
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| storage("ListObjectsV2", &prefix, &e))?;
+            for obj in page.contents() {
+                let Some(key) = obj.key() else { continue };
+                let name = key.rsplit('/').next().unwrap_or(key);
+                out.push((
+                    name.to_string(),
+                    u64::try_from(obj.size().unwrap_or(0)).unwrap_or(0),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete(&self, ft: FileType, name: &str) -> Result<()> {
+        let key = self.key(ft, name);
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| storage("DeleteObject", &key, &e))?;
+        Ok(())
+    }
+}

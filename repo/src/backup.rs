@@ -1,0 +1,453 @@
+//! `kura backup`: read, chunk, hash, look up, compress, pack, upload; then trees, index,
+//! snapshot, in the order FORMAT.md section 7 requires.
+//!
+//! Reading and chunking run on the calling thread (inside `block_in_place`); packs upload
+//! on the runtime, at most `UPLOADS_IN_FLIGHT` at once, so memory is bounded by
+//! `(UPLOADS_IN_FLIGHT + 1) * pack_size` plus one chunk, whatever the data.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::runtime::Handle;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::backend::{Backend, FileType};
+use crate::blob::{self, BlobType};
+use crate::config::{Config, now_rfc3339};
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::index::{INDEX_EVERY, IndexJson, PackJson};
+use crate::pack::PackWriter;
+use crate::repository::Repository;
+use crate::snapshot::{Snapshot, Summary};
+use crate::tree::{Content, Node, NodeType, Tree};
+
+/// Packs uploading at once.
+pub const UPLOADS_IN_FLIGHT: usize = 4;
+
+/// What to back up.
+pub enum Source {
+    /// Files and directories.
+    Paths(Vec<PathBuf>),
+    /// A stream, stored as one file called `name`.
+    Stdin {
+        /// The file name in the snapshot.
+        name: String,
+        /// The stream.
+        reader: Box<dyn Read + Send>,
+    },
+    /// A block device or image file, cut into fixed chunks; zero chunks become holes.
+    Block(PathBuf),
+}
+
+/// Snapshot labels.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Host name.
+    pub host: String,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Parent snapshot (recorded; FORMAT.md 9: not yet used to skip unchanged files).
+    pub parent: Option<Id>,
+}
+
+/// Runs a backup and writes its snapshot. Needs a multi-thread tokio runtime.
+///
+/// # Panics
+/// Outside a multi-thread tokio runtime.
+///
+/// # Errors
+/// Storage errors end the backup (nothing after the last written index is referenced);
+/// unreadable files do not: they are listed in the snapshot, which is then `incomplete`.
+pub async fn backup<B: Backend>(
+    repo: &mut Repository<B>,
+    source: Source,
+    opts: Options,
+) -> Result<(Id, Snapshot)> {
+    let handle = Handle::current();
+    let (id, snap, written) = tokio::task::block_in_place(|| {
+        let mut w = Writer {
+            backend: repo.backend.clone(),
+            config: repo.config.clone(),
+            known: &repo.index,
+            added: HashSet::new(),
+            pack: PackWriter::default(),
+            uploads: JoinSet::new(),
+            permits: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT)),
+            unindexed: Vec::new(),
+            written: Vec::new(),
+            handle: handle.clone(),
+            summary: Summary::default(),
+            errors: Vec::new(),
+        };
+        let started = now_rfc3339();
+        let (root, paths) = w.save_source(source)?;
+        w.flush_pack()?;
+        w.write_index()?;
+        let snap = Snapshot {
+            time: started,
+            host: opts.host,
+            tags: opts.tags,
+            paths,
+            tree: root,
+            parent: opts.parent,
+            incomplete: !w.errors.is_empty(),
+            errors: std::mem::take(&mut w.errors),
+            summary: std::mem::take(&mut w.summary),
+            program: format!("kura {}", env!("CARGO_PKG_VERSION")),
+        };
+        let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
+        let id = w.config.id_key.id(&bytes);
+        handle.block_on(
+            w.backend
+                .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes)),
+        )?;
+        Ok::<_, RepoError>((id, snap, w.written))
+    })?;
+    // What this backup stored is in storage now; let this handle see it too.
+    for pack in &written {
+        repo.index.add_pack(pack, "this backup")?;
+    }
+    Ok((id, snap))
+}
+
+struct Writer<'a, B: Backend> {
+    backend: Arc<B>,
+    config: Arc<Config>,
+    known: &'a crate::index::Index,
+    added: HashSet<Id>,
+    pack: PackWriter,
+    uploads: JoinSet<Result<()>>,
+    permits: Arc<Semaphore>,
+    unindexed: Vec<PackJson>,
+    written: Vec<PackJson>,
+    handle: Handle,
+    summary: Summary,
+    errors: Vec<String>,
+}
+
+impl<B: Backend> Writer<'_, B> {
+    fn save_source(&mut self, source: Source) -> Result<(Id, Vec<String>)> {
+        let mut root = Tree::default();
+        let mut paths = Vec::new();
+        match source {
+            Source::Paths(list) => {
+                for path in list {
+                    paths.push(path.display().to_string());
+                    let name = path.file_name().map_or_else(
+                        || std::ffi::OsString::from("root"),
+                        std::ffi::OsStr::to_owned,
+                    );
+                    match std::fs::symlink_metadata(&path) {
+                        Ok(meta) => {
+                            if let Some(node) = self.save_node(&path, &name, &meta)? {
+                                root.nodes.push(node);
+                            }
+                        }
+                        Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+                    }
+                }
+            }
+            Source::Stdin { name, reader } => {
+                paths.push(format!("-:{name}"));
+                let mut node = Node {
+                    kind: Some(NodeType::File),
+                    mode: 0o644,
+                    mtime: now_ns(),
+                    links: 1,
+                    ..Node::default()
+                };
+                node.set_name(std::ffi::OsStr::new(&name));
+                let (content, size) = self.save_cdc(reader)?;
+                node.size = Some(size);
+                node.content = Some(content);
+                self.summary.files += 1;
+                root.nodes.push(node);
+            }
+            Source::Block(path) => {
+                paths.push(path.display().to_string());
+                let meta = std::fs::metadata(&path).map_err(|e| RepoError::io(&path, e))?;
+                let file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
+                let mut node = node_from_meta(&meta, NodeType::File);
+                node.set_name(path.file_name().unwrap_or(std::ffi::OsStr::new("device")));
+                let (content, size) = self.save_fixed(file, &path)?;
+                node.size = Some(size);
+                node.content = Some(content);
+                self.summary.files += 1;
+                root.nodes.push(node);
+            }
+        }
+        root.sort();
+        let id = self.save_tree(&root)?;
+        Ok((id, paths))
+    }
+
+    /// One directory entry, or `None` when it could not be read (recorded as an error).
+    fn save_node(
+        &mut self,
+        path: &Path,
+        name: &std::ffi::OsStr,
+        meta: &std::fs::Metadata,
+    ) -> Result<Option<Node>> {
+        let ft = meta.file_type();
+        let kind = if ft.is_dir() {
+            NodeType::Dir
+        } else if ft.is_file() {
+            NodeType::File
+        } else if ft.is_symlink() {
+            NodeType::Symlink
+        } else if ft.is_char_device() {
+            NodeType::Chardev
+        } else if ft.is_block_device() {
+            NodeType::Blockdev
+        } else if ft.is_fifo() {
+            NodeType::Fifo
+        } else {
+            NodeType::Socket
+        };
+        let mut node = node_from_meta(meta, kind);
+        node.set_name(name);
+        match kind {
+            NodeType::File => {
+                let file = match File::open(path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.errors.push(format!("{}: {e}", path.display()));
+                        return Ok(None);
+                    }
+                };
+                match self.save_cdc(file) {
+                    Ok((content, size)) => {
+                        node.size = Some(size);
+                        node.content = Some(content);
+                    }
+                    Err(RepoError::Io { path: _, source }) => {
+                        self.errors.push(format!("{}: {source}", path.display()));
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e),
+                }
+                self.summary.files += 1;
+            }
+            NodeType::Dir => {
+                let Some(tree) = self.read_dir(path)? else {
+                    return Ok(None);
+                };
+                node.subtree = Some(self.save_tree(&tree)?);
+                self.summary.dirs += 1;
+            }
+            NodeType::Symlink => match std::fs::read_link(path) {
+                Ok(t) => node.target_hex = Some(hex::encode(t.as_os_str().as_bytes())),
+                Err(e) => {
+                    self.errors.push(format!("{}: {e}", path.display()));
+                    return Ok(None);
+                }
+            },
+            NodeType::Chardev | NodeType::Blockdev => node.rdev = Some(meta.rdev()),
+            NodeType::Fifo | NodeType::Socket => {}
+        }
+        Ok(Some(node))
+    }
+
+    fn read_dir(&mut self, path: &Path) -> Result<Option<Tree>> {
+        let entries = match std::fs::read_dir(path) {
+            Ok(e) => e,
+            Err(e) => {
+                self.errors.push(format!("{}: {e}", path.display()));
+                return Ok(None);
+            }
+        };
+        let mut tree = Tree::default();
+        let mut names = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(e) => names.push(e.file_name()),
+                Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+            }
+        }
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        for name in names {
+            let child = path.join(&name);
+            match std::fs::symlink_metadata(&child) {
+                Ok(meta) => {
+                    if let Some(node) = self.save_node(&child, &name, &meta)? {
+                        tree.nodes.push(node);
+                    }
+                }
+                Err(e) => self.errors.push(format!("{}: {e}", child.display())),
+            }
+        }
+        Ok(Some(tree))
+    }
+
+    /// Content-defined chunks of a stream.
+    fn save_cdc(&mut self, reader: impl Read) -> Result<(Vec<Content>, u64)> {
+        let c = self.config.params.chunker;
+        let chunker = fastcdc::v2020::StreamCDC::new(reader, c.min, c.avg, c.max);
+        let mut content = Vec::new();
+        let mut size = 0u64;
+        for chunk in chunker {
+            let chunk = chunk.map_err(|e| match e {
+                fastcdc::v2020::Error::IoError(io) => RepoError::io(Path::new("input"), io),
+                other => {
+                    RepoError::io(Path::new("input"), std::io::Error::other(other.to_string()))
+                }
+            })?;
+            size += chunk.data.len() as u64;
+            self.summary.bytes_read += chunk.data.len() as u64;
+            content.push(Content::Blob {
+                blob: self.save_blob(BlobType::Data, &chunk.data)?,
+            });
+        }
+        Ok((content, size))
+    }
+
+    /// Fixed chunks of a device or image; all-zero chunks become holes.
+    fn save_fixed(&mut self, mut file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
+        let block = self.config.params.block_size as usize;
+        let mut buf = vec![0u8; block];
+        let mut content: Vec<Content> = Vec::new();
+        let mut size = 0u64;
+        loop {
+            let mut filled = 0;
+            while filled < block {
+                match file.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(RepoError::io(path, e)),
+                }
+            }
+            if filled == 0 {
+                break;
+            }
+            let chunk = &buf[..filled];
+            size += filled as u64;
+            self.summary.bytes_read += filled as u64;
+            if chunk.iter().all(|&b| b == 0) {
+                if let Some(Content::Zero { zero }) = content.last_mut() {
+                    *zero += filled as u64;
+                } else {
+                    content.push(Content::Zero {
+                        zero: filled as u64,
+                    });
+                }
+            } else {
+                content.push(Content::Blob {
+                    blob: self.save_blob(BlobType::Data, chunk)?,
+                });
+            }
+            if filled < block {
+                break;
+            }
+        }
+        Ok((content, size))
+    }
+
+    fn save_tree(&mut self, tree: &Tree) -> Result<Id> {
+        let json = serde_json::to_vec(tree).expect("tree serializes");
+        self.save_blob(BlobType::Tree, &json)
+    }
+
+    /// Stores a blob unless the repository or this backup has it already.
+    fn save_blob(&mut self, kind: BlobType, raw: &[u8]) -> Result<Id> {
+        let id = self.config.id_key.id(raw);
+        if self.known.contains(&id) || !self.added.insert(id) {
+            return Ok(id);
+        }
+        let (compression, compressed) = blob::compress(kind, raw);
+        let stored = compressed.as_deref().unwrap_or(raw);
+        let raw_len = u32::try_from(raw.len()).expect("chunks are under 4 GiB");
+        self.pack.add(kind, id, compression, stored, raw_len);
+        self.summary.blobs_added += 1;
+        self.summary.bytes_added += raw.len() as u64;
+        if self.pack.len() >= self.config.params.pack_size as usize {
+            self.flush_pack()?;
+        }
+        Ok(id)
+    }
+
+    /// Closes the current pack and starts its upload; writes an index every
+    /// `INDEX_EVERY` packs.
+    fn flush_pack(&mut self) -> Result<()> {
+        if self.pack.is_empty() {
+            return Ok(());
+        }
+        let (id, bytes, entries) = std::mem::take(&mut self.pack).finish(&self.config.id_key);
+        self.summary.bytes_stored += bytes.len() as u64;
+        self.unindexed.push(PackJson::new(id, &entries));
+        let permit = self
+            .handle
+            .block_on(self.permits.clone().acquire_owned())
+            .expect("the semaphore is never closed");
+        let backend = self.backend.clone();
+        self.uploads.spawn_on(
+            async move {
+                let r = backend
+                    .put(FileType::Pack, &id.to_hex(), Bytes::from(bytes))
+                    .await;
+                drop(permit);
+                r
+            },
+            &self.handle,
+        );
+        // Surface upload errors early rather than at the end.
+        while let Some(done) = self.uploads.try_join_next() {
+            done.map_err(|e| RepoError::Storage(format!("upload task: {e}")))??;
+        }
+        if self.unindexed.len() >= INDEX_EVERY {
+            self.write_index()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every pack upload, then writes one index object listing them.
+    fn write_index(&mut self) -> Result<()> {
+        while let Some(done) = self.handle.block_on(self.uploads.join_next()) {
+            done.map_err(|e| RepoError::Storage(format!("upload task: {e}")))??;
+        }
+        if self.unindexed.is_empty() {
+            return Ok(());
+        }
+        let index = IndexJson {
+            packs: std::mem::take(&mut self.unindexed),
+        };
+        let bytes = serde_json::to_vec(&index).expect("index serializes");
+        let id = self.config.id_key.id(&bytes);
+        self.handle.block_on(self.backend.put(
+            FileType::Index,
+            &id.to_hex(),
+            Bytes::from(bytes),
+        ))?;
+        self.written.extend(index.packs);
+        Ok(())
+    }
+}
+
+fn node_from_meta(meta: &std::fs::Metadata, kind: NodeType) -> Node {
+    Node {
+        kind: Some(kind),
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        inode: meta.ino(),
+        dev: meta.dev(),
+        links: meta.nlink(),
+        ..Node::default()
+    }
+}
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(0))
+}

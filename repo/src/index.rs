@@ -1,0 +1,105 @@
+//! The index (FORMAT.md section 7): which blob is where, in memory and as `index/ID` objects.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::blob::{BlobType, Compression};
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::pack::{BlobLocation, Entry};
+
+/// `INDEX_EVERY`: packs per index object written during a backup.
+pub const INDEX_EVERY: usize = 64;
+
+/// All known blobs.
+#[derive(Default)]
+pub struct Index {
+    blobs: HashMap<Id, BlobLocation>,
+}
+
+/// One pack as an index object lists it.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct PackJson {
+    pub id: Id,
+    /// `[type, id, offset, stored_length, raw_length, compression]`.
+    pub blobs: Vec<(u8, Id, u64, u32, u32, u8)>,
+}
+
+/// An `index/ID` object.
+#[derive(Serialize, Deserialize, Default)]
+pub(crate) struct IndexJson {
+    pub packs: Vec<PackJson>,
+}
+
+impl PackJson {
+    pub(crate) fn new(pack: Id, entries: &[Entry]) -> Self {
+        let mut offset = 0u64;
+        let blobs = entries
+            .iter()
+            .map(|e| {
+                let row = (
+                    e.kind as u8,
+                    e.id,
+                    offset,
+                    e.length,
+                    e.raw_length,
+                    e.compression as u8,
+                );
+                offset += u64::from(e.length);
+                row
+            })
+            .collect();
+        Self { id: pack, blobs }
+    }
+}
+
+impl Index {
+    /// Where a blob is, if it is known.
+    #[must_use]
+    pub fn get(&self, id: &Id) -> Option<&BlobLocation> {
+        self.blobs.get(id)
+    }
+
+    /// Whether a blob is known.
+    #[must_use]
+    pub fn contains(&self, id: &Id) -> bool {
+        self.blobs.contains_key(id)
+    }
+
+    /// Number of known blobs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.blobs.len()
+    }
+
+    /// Whether no blob is known.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.blobs.is_empty()
+    }
+
+    pub(crate) fn add_pack(&mut self, pack: &PackJson, what: &str) -> Result<()> {
+        for &(kind, id, offset, length, raw_length, compression) in &pack.blobs {
+            let kind = BlobType::from_u8(kind)
+                .ok_or_else(|| RepoError::corrupt(what, "unknown blob type"))?;
+            let compression = Compression::from_u8(compression)
+                .ok_or_else(|| RepoError::corrupt(what, "unknown compression"))?;
+            self.blobs.entry(id).or_insert(BlobLocation {
+                kind,
+                pack: pack.id,
+                offset,
+                length,
+                raw_length,
+                compression,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every pack the index knows.
+    #[must_use]
+    pub fn packs(&self) -> std::collections::BTreeSet<Id> {
+        self.blobs.values().map(|l| l.pack).collect()
+    }
+}

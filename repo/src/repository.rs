@@ -1,0 +1,189 @@
+//! An opened repository: a `Repository` exists only once its config has been read and its
+//! index loaded, so nothing can write blobs into a repository it has not checked.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::backend::{Backend, FileType};
+use crate::blob::{self, BlobType};
+use crate::config::{Config, Params};
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::index::{Index, IndexJson};
+use crate::snapshot::Snapshot;
+use crate::tree::Tree;
+
+/// An opened repository.
+pub struct Repository<B: Backend> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) config: Arc<Config>,
+    pub(crate) index: Index,
+}
+
+impl<B: Backend> Repository<B> {
+    /// Creates a repository (writes `config`) and opens it.
+    ///
+    /// # Errors
+    /// `AlreadyExists` when there is a `config`; storage errors.
+    pub async fn init(backend: B, params: Params) -> Result<Self> {
+        if backend.exists(FileType::Config, "").await? {
+            return Err(RepoError::AlreadyExists);
+        }
+        let config = Config::new(params)?;
+        backend
+            .put(FileType::Config, "", Bytes::from(config.to_json()))
+            .await?;
+        Ok(Self {
+            backend: Arc::new(backend),
+            config: Arc::new(config),
+            index: Index::default(),
+        })
+    }
+
+    /// Opens an existing repository: reads `config` and every index object.
+    ///
+    /// # Errors
+    /// `NotFound` when there is no repository; storage errors; corrupt objects.
+    pub async fn open(backend: B) -> Result<Self> {
+        let config = match backend.get(FileType::Config, "").await {
+            Ok(b) => Config::from_json(&b)?,
+            Err(RepoError::NotFound(_)) => {
+                return Err(RepoError::NotFound(
+                    "no repository here (run kura init)".into(),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        let mut repo = Self {
+            backend: Arc::new(backend),
+            config: Arc::new(config),
+            index: Index::default(),
+        };
+        repo.load_index().await?;
+        Ok(repo)
+    }
+
+    async fn load_index(&mut self) -> Result<()> {
+        for (name, _) in self.backend.list(FileType::Index).await? {
+            let what = format!("index/{name}");
+            let bytes = self.backend.get(FileType::Index, &name).await?;
+            if self.config.id_key.id(&bytes).to_hex() != name {
+                return Err(RepoError::corrupt(what, "content does not match its name"));
+            }
+            let json: IndexJson =
+                serde_json::from_slice(&bytes).map_err(|e| RepoError::corrupt(&what, e))?;
+            for pack in &json.packs {
+                self.index.add_pack(pack, &what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The index of all blobs.
+    #[must_use]
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The storage.
+    #[must_use]
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Reads a blob, decompresses it and checks that it hashes to its ID.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown blob; `Corrupt` when it does not verify.
+    pub async fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
+        let loc = self
+            .index
+            .get(id)
+            .ok_or_else(|| RepoError::NotFound(format!("blob {}", id.short())))?;
+        let what = format!("blob {} in pack {}", id.short(), loc.pack.short());
+        let stored = self
+            .backend
+            .get_range(
+                FileType::Pack,
+                &loc.pack.to_hex(),
+                loc.offset,
+                u64::from(loc.length),
+            )
+            .await?;
+        let raw = blob::decompress(&what, loc.compression, &stored, loc.raw_length as usize)?;
+        if self.config.id_key.id(&raw) != *id {
+            return Err(RepoError::corrupt(what, "content does not hash to its ID"));
+        }
+        Ok(raw)
+    }
+
+    /// Reads a tree blob.
+    ///
+    /// # Errors
+    /// As `read_blob`, or when the JSON does not parse.
+    pub async fn read_tree(&self, id: &Id) -> Result<Tree> {
+        if self.index.get(id).is_some_and(|l| l.kind != BlobType::Tree) {
+            return Err(RepoError::corrupt(
+                format!("tree {}", id.short()),
+                "is a data blob",
+            ));
+        }
+        let raw = self.read_blob(id).await?;
+        serde_json::from_slice(&raw)
+            .map_err(|e| RepoError::corrupt(format!("tree {}", id.short()), e))
+    }
+
+    /// All snapshots, oldest first.
+    ///
+    /// # Errors
+    /// Storage errors; corrupt snapshots.
+    pub async fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
+        let mut out = Vec::new();
+        for (name, _) in self.backend.list(FileType::Snapshot).await? {
+            let bytes = self.backend.get(FileType::Snapshot, &name).await?;
+            let id = Id::from_hex(&name)?;
+            if self.config.id_key.id(&bytes) != id {
+                return Err(RepoError::corrupt(
+                    format!("snapshot {}", id.short()),
+                    "content does not match its name",
+                ));
+            }
+            let snap: Snapshot = serde_json::from_slice(&bytes)
+                .map_err(|e| RepoError::corrupt(format!("snapshot {}", id.short()), e))?;
+            out.push((id, snap));
+        }
+        out.sort_by(|a, b| a.1.time.cmp(&b.1.time));
+        Ok(out)
+    }
+
+    /// The snapshot named by `latest` or a unique prefix of its ID.
+    ///
+    /// # Errors
+    /// `NotFound` when none or several match.
+    pub async fn find_snapshot(&self, name: &str) -> Result<(Id, Snapshot)> {
+        let all = self.snapshots().await?;
+        if name == "latest" {
+            return all
+                .into_iter()
+                .last()
+                .ok_or_else(|| RepoError::NotFound("no snapshots".into()));
+        }
+        let mut matching = all
+            .into_iter()
+            .filter(|(id, _)| id.to_hex().starts_with(name));
+        match (matching.next(), matching.next()) {
+            (Some(one), None) => Ok(one),
+            (None, _) => Err(RepoError::NotFound(format!("snapshot {name}"))),
+            (Some(_), Some(_)) => Err(RepoError::NotFound(format!(
+                "{name} names more than one snapshot"
+            ))),
+        }
+    }
+}

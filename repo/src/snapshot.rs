@@ -1,0 +1,52 @@
+//! Snapshots (FORMAT.md section 8.3).
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+
+/// Counts for one backup.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Summary {
+    /// Files seen.
+    pub files: u64,
+    /// Directories seen.
+    pub dirs: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes of new blobs (before compression).
+    pub bytes_added: u64,
+    /// Bytes uploaded in packs (after compression).
+    pub bytes_stored: u64,
+    /// New blobs.
+    pub blobs_added: u64,
+}
+
+/// One snapshot.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Start time, RFC 3339.
+    pub time: String,
+    /// Host name.
+    pub host: String,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// What was backed up.
+    pub paths: Vec<String>,
+    /// Root tree.
+    pub tree: Id,
+    /// Parent snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Id>,
+    /// Whether something could not be read.
+    #[serde(default)]
+    pub incomplete: bool,
+    /// What could not be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// Counts.
+    #[serde(default)]
+    pub summary: Summary,
+    /// Program and version.
+    pub program: String,
+}

@@ -1,0 +1,262 @@
+//! init, backup (tree, stdin, block image), snapshots, restore, and what happens when
+//! things are wrong.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::Path;
+
+use kura_repo::{BackupOptions, Content, Params, RepoError, Repository, Source, backup, restore};
+
+use crate::harness::{Env, random};
+
+fn opts() -> BackupOptions {
+    BackupOptions {
+        host: "test-host".into(),
+        tags: vec!["t".into()],
+        parent: None,
+    }
+}
+
+/// Small chunks so that small test files still make several chunks and packs.
+fn small_params() -> Params {
+    let mut p = Params::default();
+    p.chunker.min = 16 << 10;
+    p.chunker.avg = 64 << 10;
+    p.chunker.max = 256 << 10;
+    p.block_size = 64 << 10;
+    p.pack_size = 1 << 20;
+    p
+}
+
+fn make_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+    std::fs::write(root.join("empty"), b"").unwrap();
+    std::fs::write(root.join("a/small.txt"), b"hello kura\n").unwrap();
+    std::fs::write(root.join("a/b/random.bin"), random(3 << 20, 1)).unwrap();
+    std::fs::write(
+        root.join("a/b/c/text.log"),
+        "kura backup line\n".repeat(100_000),
+    )
+    .unwrap();
+    std::fs::write(root.join("a/dup.bin"), random(3 << 20, 1)).unwrap();
+    std::os::unix::fs::symlink("b/random.bin", root.join("a/link")).unwrap();
+    std::fs::hard_link(root.join("a/small.txt"), root.join("hard")).unwrap();
+    std::fs::write(root.join("mode600"), b"secret-ish").unwrap();
+    std::fs::set_permissions(root.join("mode600"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let odd = std::ffi::OsStr::new(std::str::from_utf8(b"caf\xc3\xa9").unwrap());
+    std::fs::write(root.join(odd), b"utf-8 name").unwrap();
+    let non_utf8: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(b"bad\xffname");
+    std::fs::write(root.join(non_utf8), b"non-utf-8 name").unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+}
+
+/// (relative path, kind, content or link target, mode) of everything under `root`.
+fn listing(root: &Path) -> Vec<(String, String, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let mode = meta.mode() & 0o7777;
+            if meta.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.push((
+                    rel,
+                    "symlink".into(),
+                    t.to_string_lossy().as_bytes().to_vec(),
+                    0,
+                ));
+            } else if meta.is_dir() {
+                stack.push(p.clone());
+                out.push((rel, "dir".into(), Vec::new(), mode));
+            } else if meta.is_file() {
+                out.push((rel, "file".into(), std::fs::read(&p).unwrap(), mode));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tree_with_every_file_type_comes_back_identical() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    make_tree(&data);
+    let mut repo = Repository::init(env.backend("tree"), small_params())
+        .await
+        .unwrap();
+    let (id, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    assert!(!snap.incomplete, "{:?}", snap.errors);
+    assert_eq!(snap.host, "test-host");
+    // random.bin and dup.bin are the same 3 MiB: stored once.
+    assert!(snap.summary.bytes_added < snap.summary.bytes_read - (3 << 20) + (1 << 20));
+
+    // A fresh handle, as a second process would open it.
+    let repo = Repository::open(env.backend("tree")).await.unwrap();
+    let (found, _) = repo.find_snapshot("latest").await.unwrap();
+    assert_eq!(found, id);
+    let out = tempfile::tempdir().unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    assert_eq!(summary.skipped, ["data/pipe"]);
+    assert_eq!(listing(&data), listing(&out.path().join("data")));
+    let a = std::fs::metadata(out.path().join("data/hard")).unwrap();
+    let b = std::fs::metadata(out.path().join("data/a/small.txt")).unwrap();
+    assert_eq!(a.ino(), b.ino(), "hard links restored as one file");
+    let src_mtime = std::fs::metadata(data.join("a/b/random.bin"))
+        .unwrap()
+        .mtime();
+    let dst_mtime = std::fs::metadata(out.path().join("data/a/b/random.bin"))
+        .unwrap()
+        .mtime();
+    assert_eq!(src_mtime, dst_mtime);
+
+    // What the upstream holds is gateway ciphertext, never the text we backed up.
+    for f in env.stored_files() {
+        let bytes = std::fs::read(&f).unwrap();
+        assert_eq!(&bytes[..4], b"KURA", "{}", f.display());
+        assert!(!bytes.windows(16).any(|w| w == b"kura backup line"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_backup_of_unchanged_data_adds_only_its_snapshot() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("f"), random(2 << 20, 7)).unwrap();
+    let mut repo = Repository::init(env.backend("again"), small_params())
+        .await
+        .unwrap();
+    let (first, one) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert!(one.summary.blobs_added > 10);
+    let mut fresh = Repository::open(env.backend("again")).await.unwrap();
+    let (second, two) = backup(&mut fresh, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert_ne!(first, second, "two snapshots");
+    assert_eq!(two.summary.blobs_added, 0);
+    assert_eq!(two.tree, one.tree, "same content, same tree");
+    assert_eq!(fresh.snapshots().await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_with_zero_regions_is_stored_without_them_and_restored_sparse() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let image = src.path().join("disk.img");
+    let block = 64 << 10;
+    let mut bytes = Vec::new();
+    bytes.extend(random(3 * block, 3));
+    bytes.extend(vec![0u8; 10 * block]);
+    bytes.extend(random(block + 100, 4));
+    bytes.extend(vec![0u8; 4 * block]);
+    std::fs::write(&image, &bytes).unwrap();
+    let mut repo = Repository::init(env.backend("img"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Block(image.clone()), opts())
+        .await
+        .unwrap();
+    assert!(
+        snap.summary.bytes_added < 6 * block as u64,
+        "zeros were stored: {} bytes added (5 data blocks and a tree expected)",
+        snap.summary.bytes_added
+    );
+    let tree = repo.read_tree(&snap.tree).await.unwrap();
+    let content = tree.nodes[0].content.clone().unwrap();
+    let zeros: u64 = content
+        .iter()
+        .map(|c| match c {
+            Content::Zero { zero } => *zero,
+            Content::Blob { .. } => 0,
+        })
+        .sum();
+    // 10 blocks in the middle; the tail is 100 data bytes, then zeros in a partly-data block
+    // and three whole zero blocks, the last of them short.
+    assert!(zeros >= 13 * block as u64, "{zeros}");
+
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    let restored = out.path().join("disk.img");
+    assert_eq!(std::fs::read(&restored).unwrap(), bytes);
+    let allocated = std::fs::metadata(&restored).unwrap().blocks() * 512;
+    assert!(
+        allocated < bytes.len() as u64 / 2,
+        "restored file is sparse ({allocated} bytes allocated)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_from_stdin_comes_back_to_a_writer() {
+    let env = Env::start().await;
+    let data = [random(1 << 20, 9), "text ".repeat(50_000).into_bytes()].concat();
+    let mut repo = Repository::init(env.backend("stream"), small_params())
+        .await
+        .unwrap();
+    let source = Source::Stdin {
+        name: "db.dump".into(),
+        reader: Box::new(std::io::Cursor::new(data.clone())),
+    };
+    let (_, snap) = backup(&mut repo, source, opts()).await.unwrap();
+    let tree = repo.read_tree(&snap.tree).await.unwrap();
+    assert_eq!(tree.nodes[0].name.as_deref(), Some("db.dump"));
+    let mut out = Vec::new();
+    kura_repo::write_content(&repo, &tree.nodes[0], &mut out)
+        .await
+        .unwrap();
+    assert_eq!(out, data);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_refuses_an_existing_repository_and_open_names_a_missing_one() {
+    let env = Env::start().await;
+    Repository::init(env.backend("once"), Params::default())
+        .await
+        .unwrap();
+    let again = Repository::init(env.backend("once"), Params::default()).await;
+    assert!(matches!(again, Err(RepoError::AlreadyExists)));
+    let missing = Repository::open(env.backend("nothing-here")).await;
+    assert!(matches!(missing, Err(RepoError::NotFound(_))));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("f"), random(1 << 20, 5)).unwrap();
+    let mut repo = Repository::init(env.backend("dmg"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().join("f")]), opts())
+        .await
+        .unwrap();
+    // Flip a byte in the middle of every stored pack (the gateway's ciphertext).
+    for f in env
+        .stored_files()
+        .into_iter()
+        .filter(|f| f.to_string_lossy().contains("/data/"))
+    {
+        let mut b = std::fs::read(&f).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 1;
+        std::fs::write(&f, b).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let err = restore(&repo, &snap.tree, out.path(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        "{err}"
+    );
+}

@@ -1,0 +1,6 @@
+//! The repository end to end: `kura-repo` → kura gateway (in-process, loopback HTTP) →
+//! s3s-fs (in-process, loopback HTTP). One binary, a module per topic.
+
+mod harness;
+
+mod backup_restore;
