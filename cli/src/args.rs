@@ -19,6 +19,95 @@ pub enum Command {
     Keys(KeysCommand),
     /// Run the encrypting S3 gateway.
     Gateway(Box<GatewayArgs>),
+    /// Create a repository (through a gateway).
+    Init(InitArgs),
+    /// Back up paths, a stream on stdin, or a block device or image.
+    Backup(BackupArgs),
+    /// List snapshots.
+    Snapshots(SnapshotsArgs),
+    /// Restore a snapshot to a directory, or a single-file snapshot to stdout (`-`).
+    Restore(RestoreArgs),
+}
+
+/// Where the repository is. It is only ever reached through a kura gateway.
+#[derive(Args, Debug)]
+pub struct RepoArgs {
+    /// Repository location, `s3://BUCKET/PREFIX`.
+    #[arg(long, env = "KURA_REPOSITORY")]
+    pub repo: String,
+    /// URL of the kura gateway to store through.
+    #[arg(long, env = "KURA_ENDPOINT")]
+    pub endpoint: String,
+    /// Gateway access key ID (the secret comes from `KURA_SECRET_ACCESS_KEY` only, so that
+    /// it never shows in a process list).
+    #[arg(long, env = "KURA_ACCESS_KEY_ID")]
+    pub access_key_id: String,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Average chunk size for files and streams, in KiB (min is a quarter, max four times).
+    #[arg(long, default_value_t = 1024)]
+    pub chunk_kib: u32,
+    /// Fixed chunk size for block devices and images, in KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub block_kib: u32,
+    /// Target pack size, in MiB.
+    #[arg(long, default_value_t = 32)]
+    pub pack_mib: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Files and directories; with --block, one device or image.
+    pub paths: Vec<PathBuf>,
+    /// Read one stream from stdin.
+    #[arg(long, conflicts_with_all = ["paths", "block"])]
+    pub stdin: bool,
+    /// The file name of the stdin stream in the snapshot.
+    #[arg(long, default_value = "stdin", requires = "stdin")]
+    pub stdin_name: String,
+    /// The path is a block device or image: fixed chunks, zero chunks stored as holes.
+    #[arg(long)]
+    pub block: bool,
+    /// Tag the snapshot (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Host name recorded in the snapshot [default: this machine's].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Parent snapshot (recorded).
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotsArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Snapshot ID (or a unique prefix), or `latest`.
+    pub snapshot: String,
+    /// Target directory, or `-` to write a single-file snapshot to stdout.
+    pub target: PathBuf,
+    /// Restore only this path (relative to the snapshot root) and what is below it.
+    #[arg(long)]
+    pub include: Option<String>,
 }
 
 /// `kura gateway`: every flag has a config-file key of the same name (with `_`), and a

@@ -4,6 +4,7 @@
 mod args;
 mod gateway;
 mod keys;
+mod repo;
 
 use std::process::ExitCode;
 
@@ -14,6 +15,10 @@ fn main() -> ExitCode {
     let result = match args.command {
         args::Command::Keys(cmd) => keys::run(cmd),
         args::Command::Gateway(args) => gateway::run(*args),
+        args::Command::Init(args) => repo::init::run(&args),
+        args::Command::Backup(args) => repo::backup::run(&args),
+        args::Command::Snapshots(args) => repo::snapshots::run(&args),
+        args::Command::Restore(args) => repo::restore::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -216,8 +216,10 @@ impl Backend for S3Backend {
             .send()
             .await
             .map_err(|e| {
+                use aws_sdk_s3::error::ProvideErrorMetadata as _;
+                // A repository in a bucket that does not exist is as missing as one that does.
                 if e.as_service_error()
-                    .is_some_and(aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key)
+                    .is_some_and(|s| s.is_no_such_key() || s.code() == Some("NoSuchBucket"))
                 {
                     RepoError::NotFound(key.clone())
                 } else {

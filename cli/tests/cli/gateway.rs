@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -14,7 +14,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn get(port: u16, path: &str) -> Option<String> {
+pub fn get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     std::io::Write::write_all(
         &mut s,
@@ -26,7 +26,7 @@ fn get(port: u16, path: &str) -> Option<String> {
     Some(out)
 }
 
-fn wait_ready(port: u16, child: &mut Child) {
+pub fn wait_ready(port: u16, child: &mut Child) {
     for _ in 0..200 {
         if get(port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
             return;
@@ -39,7 +39,7 @@ fn wait_ready(port: u16, child: &mut Child) {
     panic!("gateway did not become ready");
 }
 
-fn stop(mut child: Child) -> std::process::ExitStatus {
+pub fn stop(mut child: Child) -> std::process::ExitStatus {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

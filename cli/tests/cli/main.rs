@@ -2,3 +2,4 @@
 
 mod gateway;
 mod keys;
+mod repo;

@@ -1,0 +1,65 @@
+//! `kura backup`: paths, `--stdin`, or `--block DEVICE`.
+
+use anyhow::{Context as _, Result, bail};
+use kura_repo::{BackupOptions, Source};
+
+use crate::args::BackupArgs;
+
+pub fn run(args: &BackupArgs) -> Result<()> {
+    let source = if args.stdin {
+        Source::Stdin {
+            name: args.stdin_name.clone(),
+            reader: Box::new(std::io::stdin()),
+        }
+    } else if args.block {
+        let [path] = args.paths.as_slice() else {
+            bail!("--block takes exactly one device or image");
+        };
+        Source::Block(path.clone())
+    } else if args.paths.is_empty() {
+        bail!("nothing to back up: give paths, --stdin or --block DEVICE");
+    } else {
+        Source::Paths(args.paths.clone())
+    };
+    let host = match args.host.clone() {
+        Some(h) => h,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "unknown".into(), |h| h.trim().to_string()),
+    };
+    let backend = super::backend(&args.repo)?;
+    let incomplete = super::runtime()?.block_on(async {
+        let mut repo = super::open(&args.repo, backend).await?;
+        let parent = match &args.parent {
+            Some(p) => Some(repo.find_snapshot(p).await?.0),
+            None => None,
+        };
+        let opts = BackupOptions {
+            host,
+            tags: args.tags.clone(),
+            parent,
+        };
+        let (id, snap) = kura_repo::backup(&mut repo, source, opts).await.context("backup failed")?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "id": id.to_hex(), "snapshot": snap }))?);
+        } else {
+            let s = &snap.summary;
+            println!(
+                "snapshot {} saved: {} files, {} dirs, {} bytes read, {} bytes new ({} stored after compression)",
+                id.short(),
+                s.files,
+                s.dirs,
+                s.bytes_read,
+                s.bytes_added,
+                s.bytes_stored
+            );
+        }
+        for e in &snap.errors {
+            eprintln!("kura: could not read {e}");
+        }
+        anyhow::Ok(snap.incomplete)
+    })?;
+    if incomplete {
+        bail!("the snapshot is incomplete: some files could not be read (listed above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! `kura restore SNAPSHOT TARGET`: to a directory, or `-` for a single-file snapshot.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::args::RestoreArgs;
+
+pub fn run(args: &RestoreArgs) -> Result<()> {
+    let backend = super::backend(&args.repo)?;
+    super::runtime()?.block_on(async {
+        let repo = super::open(&args.repo, backend).await?;
+        let (id, snap) = repo.find_snapshot(&args.snapshot).await?;
+        if args.target == Path::new("-") {
+            let tree = repo.read_tree(&snap.tree).await?;
+            let [node] = tree.nodes.as_slice() else {
+                bail!(
+                    "snapshot {} holds {} entries; `-` needs exactly one file",
+                    id.short(),
+                    tree.nodes.len()
+                );
+            };
+            let mut out = std::io::stdout().lock();
+            kura_repo::write_content(&repo, node, &mut out).await?;
+            return Ok(());
+        }
+        let s = kura_repo::restore(&repo, &snap.tree, &args.target, args.include.as_deref())
+            .await
+            .with_context(|| format!("restoring snapshot {}", id.short()))?;
+        eprintln!(
+            "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} bytes",
+            id.short(),
+            args.target.display(),
+            s.files,
+            s.dirs,
+            s.symlinks,
+            s.bytes
+        );
+        for p in &s.skipped {
+            eprintln!("kura: not restored (device node, FIFO or socket): {p}");
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,33 @@
+//! `kura snapshots`: one line per snapshot, or JSON.
+
+use anyhow::Result;
+
+use crate::args::SnapshotsArgs;
+
+pub fn run(args: &SnapshotsArgs) -> Result<()> {
+    let backend = super::backend(&args.repo)?;
+    super::runtime()?.block_on(async {
+        let repo = super::open(&args.repo, backend).await?;
+        let all = repo.snapshots().await?;
+        if args.json {
+            let list: Vec<_> = all
+                .iter()
+                .map(|(id, s)| serde_json::json!({ "id": id.to_hex(), "snapshot": s }))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&list)?);
+            return Ok(());
+        }
+        for (id, s) in &all {
+            let flag = if s.incomplete { "  INCOMPLETE" } else { "" };
+            println!(
+                "{}  {}  {}  [{}]  {}{flag}",
+                id.short(),
+                s.time,
+                s.host,
+                s.tags.join(","),
+                s.paths.join(" ")
+            );
+        }
+        Ok(())
+    })
+}

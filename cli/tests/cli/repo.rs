@@ -1,0 +1,177 @@
+//! `kura init / backup / snapshots / restore` as processes, against a `kura gateway`
+//! process on its embedded default.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+use crate::gateway::{free_port, stop, wait_ready};
+
+struct Gateway {
+    child: Option<Child>,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            stop(c);
+        }
+    }
+}
+
+fn gateway() -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args([
+            "gateway",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("KURA_ACCESS_KEY_ID", "repo-test")
+        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    Gateway {
+        child: Some(child),
+        port,
+        _dir: dir,
+    }
+}
+
+fn kura(gw: &Gateway, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    cmd.args(args)
+        .env("KURA_REPOSITORY", "s3://backups/cluster-a")
+        .env("KURA_ENDPOINT", format!("http://127.0.0.1:{}", gw.port))
+        .env("KURA_ACCESS_KEY_ID", "repo-test")
+        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(data) = stdin {
+        std::io::Write::write_all(&mut pipe, data).unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tree(root: &Path) {
+    std::fs::create_dir_all(root.join("etc/app")).unwrap();
+    std::fs::write(
+        root.join("etc/app/config.yaml"),
+        "replicas: 3\n".repeat(1000),
+    )
+    .unwrap();
+    std::fs::write(root.join("etc/empty"), b"").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24).to_le_bytes()[0])
+        .collect();
+    std::fs::write(root.join("volume.bin"), big).unwrap();
+}
+
+#[test]
+fn init_backup_snapshots_and_restore_through_a_gateway_process() {
+    let gw = gateway();
+    let out = ok(&kura(&gw, &["init"], None));
+    assert!(out.starts_with("created repository"), "{out}");
+    let again = kura(&gw, &["init"], None);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    let out = ok(&kura(
+        &gw,
+        &["backup", "--tag", "nightly", src.path().to_str().unwrap()],
+        None,
+    ));
+    assert!(out.contains("snapshot") && out.contains("3 files"), "{out}");
+
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["snapshot"]["tags"][0], "nightly");
+
+    let dst = tempfile::tempdir().unwrap();
+    ok(&kura(
+        &gw,
+        &["restore", "latest", dst.path().to_str().unwrap()],
+        None,
+    ));
+    let name = src.path().file_name().unwrap();
+    for f in ["etc/app/config.yaml", "etc/empty", "volume.bin"] {
+        assert_eq!(
+            std::fs::read(src.path().join(f)).unwrap(),
+            std::fs::read(dst.path().join(name).join(f)).unwrap(),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn a_stream_goes_in_on_stdin_and_comes_out_on_stdout() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--chunk-kib", "64"], None));
+    let data: Vec<u8> = (0..2_500_000u32)
+        .map(|i| (i.wrapping_mul(40_503) >> 7).to_le_bytes()[0])
+        .collect();
+    ok(&kura(
+        &gw,
+        &["backup", "--stdin", "--stdin-name", "pg.dump"],
+        Some(&data),
+    ));
+    let out = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, data);
+}
+
+#[test]
+fn a_wrong_endpoint_or_a_missing_repository_is_one_clear_line() {
+    let gw = gateway();
+    let missing = kura(&gw, &["snapshots"], None);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("no repository here"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    let port = free_port();
+    let out = cmd
+        .args([
+            "snapshots",
+            "--repo",
+            "s3://backups/x",
+            "--endpoint",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .args(["--access-key-id", "repo-test"])
+        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the gateway"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
