@@ -21,6 +21,8 @@ pub enum FileType {
     Index,
     /// `snapshots/ID`.
     Snapshot,
+    /// `prune/ID`: packs marked for deletion (FORMAT.md section 9).
+    PruneMark,
 }
 
 impl FileType {
@@ -33,6 +35,7 @@ impl FileType {
             Self::Pack => format!("data/{}/{name}", name.get(..2).unwrap_or("00")),
             Self::Index => format!("index/{name}"),
             Self::Snapshot => format!("snapshots/{name}"),
+            Self::PruneMark => format!("prune/{name}"),
         }
     }
 
@@ -42,6 +45,7 @@ impl FileType {
             Self::Pack => "data/",
             Self::Index => "index/",
             Self::Snapshot => "snapshots/",
+            Self::PruneMark => "prune/",
         }
     }
 }

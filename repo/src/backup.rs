@@ -1,9 +1,9 @@
 //! `kura backup`: read, chunk, hash, look up, compress, pack, upload; then trees, index,
 //! snapshot, in the order FORMAT.md section 7 requires.
 //!
-//! Reading and chunking run on the calling thread (inside `block_in_place`); packs upload
+//! Reading and chunking run on a blocking-pool thread; packs upload
 //! on the runtime, at most `UPLOADS_IN_FLIGHT` at once, so memory is bounded by
-//! `(UPLOADS_IN_FLIGHT + 1) * pack_size` plus one chunk, whatever the data.
+//! `(UPLOADS_IN_FLIGHT + 2) * pack_size` (one pack filling per blob type) plus one chunk, whatever the data.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -54,14 +54,15 @@ pub struct Options {
     pub host: String,
     /// Tags.
     pub tags: Vec<String>,
-    /// Parent snapshot (recorded; FORMAT.md 9: not yet used to skip unchanged files).
+    /// Parent snapshot: files whose size, mtime, ctime and inode match its record are not
+    /// read again.
     pub parent: Option<Id>,
 }
 
-/// Runs a backup and writes its snapshot. Needs a multi-thread tokio runtime.
+/// Runs a backup and writes its snapshot.
 ///
 /// # Panics
-/// Outside a multi-thread tokio runtime.
+/// Outside a tokio runtime.
 ///
 /// # Errors
 /// Storage errors end the backup (nothing after the last written index is referenced);
@@ -72,13 +73,21 @@ pub async fn backup<B: Backend>(
     opts: Options,
 ) -> Result<(Id, Snapshot)> {
     let handle = Handle::current();
-    let (id, snap, written) = tokio::task::block_in_place(|| {
+    let parent_root = match &opts.parent {
+        Some(id) => Some(repo.load_snapshot(id).await?.tree),
+        None => None,
+    };
+    // The walk is synchronous (file reads) and runs on a blocking-pool thread of its own;
+    // it drives uploads with `Handle::block_on`, which must not nest inside the caller's
+    // own `block_on` (a wake-up of the caller's future would be lost).
+    let reader = repo.clone();
+    let (id, snap, written) = tokio::task::spawn_blocking(move || {
         let mut w = Writer {
-            backend: repo.backend.clone(),
-            config: repo.config.clone(),
-            known: &repo.index,
+            backend: reader.backend.clone(),
+            config: reader.config.clone(),
+            repo: reader,
             added: HashSet::new(),
-            pack: PackWriter::default(),
+            packs: [PackWriter::default(), PackWriter::default()],
             uploads: JoinSet::new(),
             permits: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT)),
             unindexed: Vec::new(),
@@ -88,8 +97,13 @@ pub async fn backup<B: Backend>(
             errors: Vec::new(),
         };
         let started = now_rfc3339();
-        let (root, paths) = w.save_source(source)?;
-        w.flush_pack()?;
+        let parent = match parent_root {
+            Some(t) => Some(handle.block_on(w.repo.read_tree(&t))?),
+            None => None,
+        };
+        let (root, paths) = w.save_source(source, parent.as_ref())?;
+        w.flush_pack(BlobType::Data)?;
+        w.flush_pack(BlobType::Tree)?;
         w.write_index()?;
         let snap = Snapshot {
             time: started,
@@ -110,20 +124,25 @@ pub async fn backup<B: Backend>(
                 .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes)),
         )?;
         Ok::<_, RepoError>((id, snap, w.written))
-    })?;
+    })
+    .await
+    .map_err(|e| RepoError::Storage(format!("backup thread: {e}")))??;
     // What this backup stored is in storage now; let this handle see it too.
+    let index = Arc::make_mut(&mut repo.index);
     for pack in &written {
-        repo.index.add_pack(pack, "this backup")?;
+        index.add_pack(pack, "this backup")?;
     }
     Ok((id, snap))
 }
 
-struct Writer<'a, B: Backend> {
+struct Writer<B: Backend> {
+    repo: Repository<B>,
     backend: Arc<B>,
     config: Arc<Config>,
-    known: &'a crate::index::Index,
     added: HashSet<Id>,
-    pack: PackWriter,
+    /// One pack being filled per blob type: trees are kept apart from data so that a
+    /// damaged data pack never hides which files it held.
+    packs: [PackWriter; 2],
     uploads: JoinSet<Result<()>>,
     permits: Arc<Semaphore>,
     unindexed: Vec<PackJson>,
@@ -133,8 +152,8 @@ struct Writer<'a, B: Backend> {
     errors: Vec<String>,
 }
 
-impl<B: Backend> Writer<'_, B> {
-    fn save_source(&mut self, source: Source) -> Result<(Id, Vec<String>)> {
+impl<B: Backend> Writer<B> {
+    fn save_source(&mut self, source: Source, parent: Option<&Tree>) -> Result<(Id, Vec<String>)> {
         let mut root = Tree::default();
         let mut paths = Vec::new();
         match source {
@@ -145,9 +164,10 @@ impl<B: Backend> Writer<'_, B> {
                         || std::ffi::OsString::from("root"),
                         std::ffi::OsStr::to_owned,
                     );
+                    let before = parent.and_then(|t| t.find(&name));
                     match std::fs::symlink_metadata(&path) {
                         Ok(meta) => {
-                            if let Some(node) = self.save_node(&path, &name, &meta)? {
+                            if let Some(node) = self.save_node(&path, &name, &meta, before)? {
                                 root.nodes.push(node);
                             }
                         }
@@ -195,6 +215,7 @@ impl<B: Backend> Writer<'_, B> {
         path: &Path,
         name: &std::ffi::OsStr,
         meta: &std::fs::Metadata,
+        before: Option<&Node>,
     ) -> Result<Option<Node>> {
         let ft = meta.file_type();
         let kind = if ft.is_dir() {
@@ -215,6 +236,13 @@ impl<B: Backend> Writer<'_, B> {
         let mut node = node_from_meta(meta, kind);
         node.set_name(name);
         match kind {
+            NodeType::File if self.unchanged(&node, meta, before) => {
+                let before = before.expect("unchanged has a parent node");
+                node.size = before.size;
+                node.content.clone_from(&before.content);
+                self.summary.files += 1;
+                self.summary.files_unchanged += 1;
+            }
             NodeType::File => {
                 let file = match File::open(path) {
                     Ok(f) => f,
@@ -237,7 +265,10 @@ impl<B: Backend> Writer<'_, B> {
                 self.summary.files += 1;
             }
             NodeType::Dir => {
-                let Some(tree) = self.read_dir(path)? else {
+                let before = before
+                    .filter(|b| b.kind == Some(NodeType::Dir))
+                    .and_then(|b| b.subtree);
+                let Some(tree) = self.read_dir(path, before)? else {
                     return Ok(None);
                 };
                 node.subtree = Some(self.save_tree(&tree)?);
@@ -256,7 +287,30 @@ impl<B: Backend> Writer<'_, B> {
         Ok(Some(node))
     }
 
-    fn read_dir(&mut self, path: &Path) -> Result<Option<Tree>> {
+    /// Whether a file can keep its parent's content without being read: same size, mtime,
+    /// ctime and inode, and every blob still in the index.
+    fn unchanged(&self, node: &Node, meta: &std::fs::Metadata, before: Option<&Node>) -> bool {
+        let Some(b) = before else { return false };
+        b.kind == Some(NodeType::File)
+            && b.size == Some(meta.len())
+            && b.mtime == node.mtime
+            && b.ctime == node.ctime
+            && b.inode == node.inode
+            && b.content.as_deref().is_some_and(|c| {
+                c.iter().all(|c| match c {
+                    Content::Blob { blob } => {
+                        self.repo.index.contains(blob) || self.added.contains(blob)
+                    }
+                    Content::Zero { .. } => true,
+                })
+            })
+    }
+
+    fn read_dir(&mut self, path: &Path, before: Option<Id>) -> Result<Option<Tree>> {
+        let parent = match before {
+            Some(id) => Some(self.handle.block_on(self.repo.read_tree(&id))?),
+            None => None,
+        };
         let entries = match std::fs::read_dir(path) {
             Ok(e) => e,
             Err(e) => {
@@ -275,9 +329,10 @@ impl<B: Backend> Writer<'_, B> {
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         for name in names {
             let child = path.join(&name);
+            let before = parent.as_ref().and_then(|t| t.find(&name));
             match std::fs::symlink_metadata(&child) {
                 Ok(meta) => {
-                    if let Some(node) = self.save_node(&child, &name, &meta)? {
+                    if let Some(node) = self.save_node(&child, &name, &meta, before)? {
                         tree.nodes.push(node);
                     }
                 }
@@ -359,28 +414,29 @@ impl<B: Backend> Writer<'_, B> {
     /// Stores a blob unless the repository or this backup has it already.
     fn save_blob(&mut self, kind: BlobType, raw: &[u8]) -> Result<Id> {
         let id = self.config.id_key.id(raw);
-        if self.known.contains(&id) || !self.added.insert(id) {
+        if self.repo.index.contains(&id) || !self.added.insert(id) {
             return Ok(id);
         }
         let (compression, compressed) = blob::compress(kind, raw);
         let stored = compressed.as_deref().unwrap_or(raw);
         let raw_len = u32::try_from(raw.len()).expect("chunks are under 4 GiB");
-        self.pack.add(kind, id, compression, stored, raw_len);
+        self.packs[kind as usize].add(kind, id, compression, stored, raw_len);
         self.summary.blobs_added += 1;
         self.summary.bytes_added += raw.len() as u64;
-        if self.pack.len() >= self.config.params.pack_size as usize {
-            self.flush_pack()?;
+        if self.packs[kind as usize].len() >= self.config.params.pack_size as usize {
+            self.flush_pack(kind)?;
         }
         Ok(id)
     }
 
     /// Closes the current pack and starts its upload; writes an index every
     /// `INDEX_EVERY` packs.
-    fn flush_pack(&mut self) -> Result<()> {
-        if self.pack.is_empty() {
+    fn flush_pack(&mut self, kind: BlobType) -> Result<()> {
+        if self.packs[kind as usize].is_empty() {
             return Ok(());
         }
-        let (id, bytes, entries) = std::mem::take(&mut self.pack).finish(&self.config.id_key);
+        let (id, bytes, entries) =
+            std::mem::take(&mut self.packs[kind as usize]).finish(&self.config.id_key);
         self.summary.bytes_stored += bytes.len() as u64;
         self.unindexed.push(PackJson::new(id, &entries));
         let permit = self

@@ -13,7 +13,7 @@ use crate::pack::{BlobLocation, Entry};
 pub const INDEX_EVERY: usize = 64;
 
 /// All known blobs.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Index {
     blobs: HashMap<Id, BlobLocation>,
 }

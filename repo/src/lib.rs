@@ -9,15 +9,19 @@
 //! - [`backend`]: storage keyed by (file type, name); S3 through the gateway.
 //! - [`Repository`]: an opened repository (config read, index loaded).
 //! - [`backup()`] and [`restore()`]: the two directions.
+//! - [`check()`], [`forget()`], [`prune()`]: upkeep.
 
 pub mod backend;
 pub mod backup;
 pub mod blob;
+pub mod check;
 pub mod config;
 pub mod error;
+pub mod forget;
 pub mod id;
 pub mod index;
 pub mod pack;
+pub mod prune;
 pub mod repository;
 pub mod restore;
 pub mod snapshot;
@@ -25,9 +29,12 @@ pub mod tree;
 
 pub use backend::{Backend, FileType, S3Backend, S3Location};
 pub use backup::{Options as BackupOptions, Source, backup};
+pub use check::{CheckReport, check};
 pub use config::{Config, Params};
 pub use error::{RepoError, Result};
+pub use forget::{KeepPolicy, forget};
 pub use id::Id;
+pub use prune::{PruneReport, prune};
 pub use repository::Repository;
 pub use restore::{RestoreSummary, restore, write_content};
 pub use snapshot::Snapshot;

@@ -18,7 +18,19 @@ use crate::tree::Tree;
 pub struct Repository<B: Backend> {
     pub(crate) backend: Arc<B>,
     pub(crate) config: Arc<Config>,
-    pub(crate) index: Index,
+    pub(crate) index: Arc<Index>,
+}
+
+/// A cheap copy sharing storage, config and the index as loaded: for work on another
+/// thread (a backup's reader), never for writing the index.
+impl<B: Backend> Clone for Repository<B> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: self.backend.clone(),
+            config: self.config.clone(),
+            index: self.index.clone(),
+        }
+    }
 }
 
 impl<B: Backend> Repository<B> {
@@ -37,7 +49,7 @@ impl<B: Backend> Repository<B> {
         Ok(Self {
             backend: Arc::new(backend),
             config: Arc::new(config),
-            index: Index::default(),
+            index: Arc::default(),
         })
     }
 
@@ -58,13 +70,26 @@ impl<B: Backend> Repository<B> {
         let mut repo = Self {
             backend: Arc::new(backend),
             config: Arc::new(config),
-            index: Index::default(),
+            index: Arc::default(),
         };
         repo.load_index().await?;
         Ok(repo)
     }
 
+    /// Lists the snapshots, then reloads the index, in that order: a backup writes its index
+    /// objects before its snapshot, so every snapshot returned has its blobs in the index
+    /// even while other backups are writing. For `check` and `prune` beside running backups.
+    ///
+    /// # Errors
+    /// As [`Repository::snapshots`] and [`Repository::open`].
+    pub async fn snapshots_then_index(&mut self) -> Result<Vec<(Id, Snapshot)>> {
+        let snaps = self.snapshots().await?;
+        self.load_index().await?;
+        Ok(snaps)
+    }
+
     async fn load_index(&mut self) -> Result<()> {
+        let mut index = Index::default();
         for (name, _) in self.backend.list(FileType::Index).await? {
             let what = format!("index/{name}");
             let bytes = self.backend.get(FileType::Index, &name).await?;
@@ -74,9 +99,10 @@ impl<B: Backend> Repository<B> {
             let json: IndexJson =
                 serde_json::from_slice(&bytes).map_err(|e| RepoError::corrupt(&what, e))?;
             for pack in &json.packs {
-                self.index.add_pack(pack, &what)?;
+                index.add_pack(pack, &what)?;
             }
         }
+        self.index = Arc::new(index);
         Ok(())
     }
 
@@ -140,6 +166,22 @@ impl<B: Backend> Repository<B> {
             .map_err(|e| RepoError::corrupt(format!("tree {}", id.short()), e))
     }
 
+    /// One snapshot, checked against its ID.
+    ///
+    /// # Errors
+    /// `NotFound`, storage errors, or a snapshot that does not match its ID.
+    pub async fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
+        let bytes = self.backend.get(FileType::Snapshot, &id.to_hex()).await?;
+        if self.config.id_key.id(&bytes) != *id {
+            return Err(RepoError::corrupt(
+                format!("snapshot {}", id.short()),
+                "content does not match its name",
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| RepoError::corrupt(format!("snapshot {}", id.short()), e))
+    }
+
     /// All snapshots, oldest first.
     ///
     /// # Errors
@@ -147,17 +189,8 @@ impl<B: Backend> Repository<B> {
     pub async fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
         let mut out = Vec::new();
         for (name, _) in self.backend.list(FileType::Snapshot).await? {
-            let bytes = self.backend.get(FileType::Snapshot, &name).await?;
             let id = Id::from_hex(&name)?;
-            if self.config.id_key.id(&bytes) != id {
-                return Err(RepoError::corrupt(
-                    format!("snapshot {}", id.short()),
-                    "content does not match its name",
-                ));
-            }
-            let snap: Snapshot = serde_json::from_slice(&bytes)
-                .map_err(|e| RepoError::corrupt(format!("snapshot {}", id.short()), e))?;
-            out.push((id, snap));
+            out.push((id, self.load_snapshot(&id).await?));
         }
         out.sort_by(|a, b| a.1.time.cmp(&b.1.time));
         Ok(out)

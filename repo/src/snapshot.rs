@@ -9,6 +9,9 @@ use crate::id::Id;
 pub struct Summary {
     /// Files seen.
     pub files: u64,
+    /// Files taken from the parent snapshot without reading them.
+    #[serde(default)]
+    pub files_unchanged: u64,
     /// Directories seen.
     pub dirs: u64,
     /// Bytes read.

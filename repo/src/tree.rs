@@ -124,6 +124,15 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// The entry called `name`.
+    #[must_use]
+    pub fn find(&self, name: &OsStr) -> Option<&Node> {
+        self.nodes
+            .binary_search_by(|n| n.name().as_bytes().cmp(name.as_bytes()))
+            .ok()
+            .map(|i| &self.nodes[i])
+    }
+
     /// Sorts the entries as FORMAT.md requires.
     pub fn sort(&mut self) {
         self.nodes

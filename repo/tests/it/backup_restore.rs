@@ -8,7 +8,7 @@ use kura_repo::{BackupOptions, Content, Params, RepoError, Repository, Source, b
 
 use crate::harness::{Env, random};
 
-fn opts() -> BackupOptions {
+pub fn opts() -> BackupOptions {
     BackupOptions {
         host: "test-host".into(),
         tags: vec!["t".into()],
@@ -17,7 +17,7 @@ fn opts() -> BackupOptions {
 }
 
 /// Small chunks so that small test files still make several chunks and packs.
-fn small_params() -> Params {
+pub fn small_params() -> Params {
     let mut p = Params::default();
     p.chunker.min = 16 << 10;
     p.chunker.avg = 64 << 10;

@@ -4,3 +4,4 @@
 mod harness;
 
 mod backup_restore;
+mod upkeep;

@@ -1,0 +1,192 @@
+//! `kura prune`: two-phase removal of packs no snapshot uses, safe beside running backups
+//! (FORMAT.md section 9).
+//!
+//! Phase 1 (every run) marks unused packs in a `prune/ID` object with the time. Phase 2
+//! (a later run, once a mark is older than the grace period) deletes the packs of that mark
+//! that are still unused by every snapshot then present, after rewriting the index objects
+//! that list them. Backups only add: a backup that reused a marked pack's blob writes a
+//! snapshot referencing it, and phase 2 then keeps the pack. A backup running longer than
+//! the grace period could still lose such a blob, so the grace period must exceed the
+//! longest backup (default 24 h). The snapshots are read once at the start of a run: a
+//! backup that both starts after a mark and finishes during the run that deletes it is the
+//! remaining window, which the grace period makes a backup-longer-than-grace case too.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, FileType};
+use crate::config::now_rfc3339;
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::index::{IndexJson, PackJson};
+use crate::repository::Repository;
+use crate::tree::{Content, NodeType};
+
+/// What `prune` did.
+#[derive(Debug, Default)]
+pub struct PruneReport {
+    /// Packs newly marked as unused.
+    pub marked: usize,
+    /// Packs deleted (marked in an earlier run, past the grace period, still unused).
+    pub deleted: usize,
+    /// Their stored bytes.
+    pub deleted_bytes: u64,
+    /// Marked packs that a snapshot uses again, unmarked.
+    pub rescued: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Mark {
+    time: String,
+    packs: Vec<Id>,
+}
+
+/// Runs both phases.
+///
+/// # Errors
+/// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
+pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Result<PruneReport> {
+    let mut report = PruneReport::default();
+    let snaps = repo.snapshots_then_index().await?;
+    let used = used_blobs(repo, snaps.into_iter().map(|(_, s)| s.tree).collect()).await?;
+    // Every index object, raw: a blob may be in several packs (two backups stored it at
+    // once), and a pack holding any used blob is kept.
+    let mut indexes: BTreeMap<String, IndexJson> = BTreeMap::new();
+    for (name, _) in repo.backend.list(FileType::Index).await? {
+        let bytes = repo.backend.get(FileType::Index, &name).await?;
+        let json = serde_json::from_slice(&bytes)
+            .map_err(|e| RepoError::corrupt(format!("index/{name}"), e))?;
+        indexes.insert(name, json);
+    }
+    let mut needed: HashSet<Id> = HashSet::new();
+    for idx in indexes.values() {
+        for p in &idx.packs {
+            if p.blobs.iter().any(|b| used.contains(&b.1)) {
+                needed.insert(p.id);
+            }
+        }
+    }
+    let stored: BTreeMap<Id, u64> = repo
+        .backend
+        .list(FileType::Pack)
+        .await?
+        .into_iter()
+        .filter_map(|(n, s)| Id::from_hex(&n).ok().map(|id| (id, s)))
+        .collect();
+    let unused: BTreeSet<Id> = stored
+        .keys()
+        .filter(|p| !needed.contains(p))
+        .copied()
+        .collect();
+
+    // Phase 2: old marks.
+    let now = time::OffsetDateTime::now_utc();
+    let mut pending: HashSet<Id> = HashSet::new();
+    let mut deleted: HashSet<Id> = HashSet::new();
+    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
+        let bytes = repo.backend.get(FileType::PruneMark, &name).await?;
+        let mark: Mark = serde_json::from_slice(&bytes)
+            .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
+        let at =
+            time::OffsetDateTime::parse(&mark.time, &time::format_description::well_known::Rfc3339)
+                .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
+        if now - at < grace {
+            pending.extend(mark.packs);
+            continue;
+        }
+        let doomed: BTreeSet<Id> = mark
+            .packs
+            .iter()
+            .filter(|p| unused.contains(p))
+            .copied()
+            .collect();
+        report.rescued += mark.packs.len() - doomed.len();
+        drop_from_index(repo, &mut indexes, &doomed).await?;
+        for p in &doomed {
+            repo.backend.delete(FileType::Pack, &p.to_hex()).await?;
+            report.deleted += 1;
+            report.deleted_bytes += stored.get(p).copied().unwrap_or(0);
+            deleted.insert(*p);
+        }
+        repo.backend.delete(FileType::PruneMark, &name).await?;
+    }
+
+    // Phase 1: mark what is unused and not already waiting.
+    let fresh: Vec<Id> = unused
+        .iter()
+        .filter(|p| !pending.contains(p) && !deleted.contains(p))
+        .copied()
+        .collect();
+    if !fresh.is_empty() {
+        report.marked = fresh.len();
+        let bytes = serde_json::to_vec(&Mark {
+            time: now_rfc3339(),
+            packs: fresh,
+        })
+        .map_err(|e| RepoError::corrupt("prune mark", e))?;
+        let id = repo.config.id_key.id(&bytes);
+        repo.backend
+            .put(FileType::PruneMark, &id.to_hex(), Bytes::from(bytes))
+            .await?;
+    }
+    Ok(report)
+}
+
+/// Rewrites the index objects that list any of `doomed`: a new object with their other
+/// packs is written first, then the old ones are deleted, so no moment lacks an entry.
+async fn drop_from_index<B: Backend>(
+    repo: &Repository<B>,
+    indexes: &mut BTreeMap<String, IndexJson>,
+    doomed: &BTreeSet<Id>,
+) -> Result<()> {
+    let touched: Vec<String> = indexes
+        .iter()
+        .filter(|(_, idx)| idx.packs.iter().any(|p| doomed.contains(&p.id)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    if touched.is_empty() {
+        return Ok(());
+    }
+    let mut kept: Vec<PackJson> = Vec::new();
+    for name in &touched {
+        let idx = indexes.remove(name).expect("listed above");
+        kept.extend(idx.packs.into_iter().filter(|p| !doomed.contains(&p.id)));
+    }
+    if !kept.is_empty() {
+        let json = IndexJson { packs: kept };
+        let bytes = serde_json::to_vec(&json).expect("index serializes");
+        let id = repo.config.id_key.id(&bytes);
+        repo.backend
+            .put(FileType::Index, &id.to_hex(), Bytes::from(bytes))
+            .await?;
+        indexes.insert(id.to_hex(), json);
+    }
+    for name in &touched {
+        repo.backend.delete(FileType::Index, name).await?;
+    }
+    Ok(())
+}
+
+/// Every blob any snapshot uses (trees and content).
+async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
+    let mut used = HashSet::new();
+    while let Some(t) = trees.pop() {
+        if !used.insert(t) {
+            continue;
+        }
+        for node in repo.read_tree(&t).await?.nodes {
+            if node.kind == Some(NodeType::Dir) {
+                trees.extend(node.subtree);
+            }
+            for c in node.content.unwrap_or_default() {
+                if let Content::Blob { blob } = c {
+                    used.insert(blob);
+                }
+            }
+        }
+    }
+    Ok(used)
+}

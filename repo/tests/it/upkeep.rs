@@ -1,0 +1,212 @@
+//! Incremental backups, forget and prune, concurrent writers, and check.
+
+use std::time::Duration;
+
+use kura_repo::{KeepPolicy, Repository, Source, backup, check, forget, prune, restore};
+
+use crate::backup_restore::{opts, small_params};
+use crate::harness::{Env, random};
+
+fn pack_count(env: &Env, prefix: &str) -> usize {
+    env.stored_files()
+        .iter()
+        .filter(|f| f.to_string_lossy().contains(&format!("/{prefix}/data/")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_incremental_backup_reads_only_what_changed() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    for (i, name) in ["a.bin", "b.bin", "c.bin"].iter().enumerate() {
+        std::fs::write(src.path().join(name), random(500_000, i as u64)).unwrap();
+    }
+    let mut repo = Repository::init(env.backend("inc"), small_params())
+        .await
+        .unwrap();
+    let (first, _) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    std::fs::write(src.path().join("b.bin"), random(300_000, 99)).unwrap();
+    let mut o = opts();
+    o.parent = Some(first);
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), o)
+        .await
+        .unwrap();
+    assert_eq!(snap.summary.files, 3);
+    assert_eq!(snap.summary.files_unchanged, 2);
+    assert_eq!(
+        snap.summary.bytes_read, 300_000,
+        "only the changed file was read"
+    );
+
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    let name = src.path().file_name().unwrap();
+    for f in ["a.bin", "b.bin", "c.bin"] {
+        assert_eq!(
+            std::fs::read(src.path().join(f)).unwrap(),
+            std::fs::read(out.path().join(name).join(f)).unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
+    let env = Env::start().await;
+    let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(old.path().join("old.bin"), random(3 << 20, 1)).unwrap();
+    std::fs::write(new.path().join("new.bin"), random(3 << 20, 2)).unwrap();
+    let mut repo = Repository::init(env.backend("gc"), small_params())
+        .await
+        .unwrap();
+    backup(
+        &mut repo,
+        Source::Paths(vec![old.path().join("old.bin")]),
+        opts(),
+    )
+    .await
+    .unwrap();
+    let (_, kept) = backup(
+        &mut repo,
+        Source::Paths(vec![new.path().join("new.bin")]),
+        opts(),
+    )
+    .await
+    .unwrap();
+    let before = pack_count(&env, "gc");
+
+    let (keep, removed) = forget(
+        &repo,
+        KeepPolicy {
+            last: 1,
+            ..KeepPolicy::default()
+        },
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!((keep.len(), removed.len()), (1, 1));
+    let mut repo = repo;
+    let first = prune(&mut repo, Duration::ZERO).await.unwrap();
+    assert!(first.marked > 0 && first.deleted == 0, "{first:?}");
+    assert_eq!(pack_count(&env, "gc"), before, "phase 1 only marks");
+    let second = prune(&mut repo, Duration::ZERO).await.unwrap();
+    assert_eq!(second.deleted, first.marked, "{second:?}");
+    assert!(pack_count(&env, "gc") < before);
+
+    let mut repo = Repository::open(env.backend("gc")).await.unwrap();
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &kept.tree, out.path(), None).await.unwrap();
+    assert_eq!(
+        std::fs::read(out.path().join("new.bin")).unwrap(),
+        random(3 << 20, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
+    let env = Env::start().await;
+    Repository::init(env.backend("many"), small_params())
+        .await
+        .unwrap();
+    let dirs: Vec<_> = (0..3u64)
+        .map(|n| {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join("shared.bin"), random(2 << 20, 1000)).unwrap();
+            std::fs::write(d.path().join("own.bin"), random(2 << 20, n)).unwrap();
+            d
+        })
+        .collect();
+    let run = |path: std::path::PathBuf| {
+        let backend = env.backend("many");
+        async move {
+            let mut repo = Repository::open(backend).await.unwrap();
+            backup(&mut repo, Source::Paths(vec![path]), opts())
+                .await
+                .unwrap()
+        }
+    };
+    let pruner = async {
+        let mut repo = Repository::open(env.backend("many")).await.unwrap();
+        for _ in 0..3 {
+            // The default grace: marks may be written, nothing in use is deleted.
+            prune(&mut repo, Duration::from_hours(24)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let ((a, _), (b, _), (c, _), ()) = tokio::join!(
+        run(dirs[0].path().into()),
+        run(dirs[1].path().into()),
+        run(dirs[2].path().into()),
+        pruner
+    );
+    let mut repo = Repository::open(env.backend("many")).await.unwrap();
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    for (snap, dir) in [a, b, c].iter().zip(&dirs) {
+        let s = repo.load_snapshot(snap).await.unwrap();
+        let out = tempfile::tempdir().unwrap();
+        restore(&repo, &s.tree, out.path(), None).await.unwrap();
+        let name = dir.path().file_name().unwrap();
+        for f in ["shared.bin", "own.bin"] {
+            assert_eq!(
+                std::fs::read(dir.path().join(f)).unwrap(),
+                std::fs::read(out.path().join(name).join(f)).unwrap()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_read_data_names_the_file_behind_a_damaged_pack() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("x.bin"), random(600_000, 5)).unwrap();
+    let mut repo = Repository::init(env.backend("chk"), small_params())
+        .await
+        .unwrap();
+    let (snap_id, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert!(check(&mut repo, true).await.unwrap().is_clean());
+
+    // Damage the pack that holds x.bin's first chunk.
+    let root = repo.read_tree(&snap.tree).await.unwrap();
+    let dir = repo
+        .read_tree(&root.nodes[0].subtree.unwrap())
+        .await
+        .unwrap();
+    let kura_repo::Content::Blob { blob } = &dir.nodes[0].content.as_ref().unwrap()[0] else {
+        panic!("a data chunk")
+    };
+    let pack = repo.index().get(blob).unwrap().pack.to_hex();
+    let file = env
+        .stored_files()
+        .into_iter()
+        .find(|f| f.ends_with(&pack))
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[1000] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(!report.is_clean());
+    assert_eq!(report.damaged_packs.len(), 1, "{report:?}");
+    let name = src
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let expected = format!("snapshot {}: /{name}/x.bin", snap_id.short());
+    assert!(
+        report.affected.iter().any(|a| a == &expected),
+        "{:?} lacks {expected}",
+        report.affected
+    );
+    // Without --read-data the damage is invisible: the pack exists.
+    assert!(check(&mut repo, false).await.unwrap().is_clean());
+}
