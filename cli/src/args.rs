@@ -27,6 +27,91 @@ pub enum Command {
     Snapshots(SnapshotsArgs),
     /// Restore a snapshot to a directory, or a single-file snapshot to stdout (`-`).
     Restore(RestoreArgs),
+    /// List the files of a snapshot.
+    Ls(LsArgs),
+    /// Check the repository; with --read-data, read and verify every blob.
+    Check(CheckArgs),
+    /// Delete snapshots by a retention policy (their data goes with `kura prune`).
+    Forget(ForgetArgs),
+    /// Remove data no snapshot uses: marks now, deletes marks older than --grace.
+    Prune(PruneArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Snapshot ID (or a unique prefix), or `latest`.
+    pub snapshot: String,
+    /// Only this path (relative to the snapshot root) and what is below it.
+    pub path: Option<String>,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Read every pack through the gateway and hash every blob.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Keep the newest N snapshots (per host and tag set).
+    #[arg(long, default_value_t = 0)]
+    pub keep_last: u32,
+    /// Keep the newest snapshot of each of the last N hours.
+    #[arg(long, default_value_t = 0)]
+    pub keep_hourly: u32,
+    /// ... days.
+    #[arg(long, default_value_t = 0)]
+    pub keep_daily: u32,
+    /// ... weeks.
+    #[arg(long, default_value_t = 0)]
+    pub keep_weekly: u32,
+    /// ... months.
+    #[arg(long, default_value_t = 0)]
+    pub keep_monthly: u32,
+    /// ... years.
+    #[arg(long, default_value_t = 0)]
+    pub keep_yearly: u32,
+    /// Show what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// How long a mark waits before its packs are deleted; must exceed the longest backup.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
+}
+
+/// `90s`, `15m`, `24h`, `7d`, or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number and s, m, h or d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{s:?}: unit must be s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 /// Where the repository is. It is only ever reached through a kura gateway.
@@ -60,6 +145,10 @@ pub struct InitArgs {
 }
 
 #[derive(Args, Debug)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "each is a command-line switch"
+)]
 pub struct BackupArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
@@ -80,9 +169,13 @@ pub struct BackupArgs {
     /// Host name recorded in the snapshot [default: this machine's].
     #[arg(long)]
     pub host: Option<String>,
-    /// Parent snapshot (recorded).
+    /// Parent snapshot: unchanged files (size, mtime, ctime, inode) are not read again
+    /// [default: the newest snapshot of the same host and paths].
     #[arg(long)]
     pub parent: Option<String>,
+    /// Read every file, with no parent.
+    #[arg(long, conflicts_with = "parent")]
+    pub force: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

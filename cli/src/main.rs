@@ -19,6 +19,10 @@ fn main() -> ExitCode {
         args::Command::Backup(args) => repo::backup::run(&args),
         args::Command::Snapshots(args) => repo::snapshots::run(&args),
         args::Command::Restore(args) => repo::restore::run(&args),
+        args::Command::Ls(args) => repo::ls::run(&args),
+        args::Command::Check(args) => repo::check::run(&args),
+        args::Command::Forget(args) => repo::forget::run(&args),
+        args::Command::Prune(args) => repo::prune::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,9 +29,18 @@ pub fn run(args: &BackupArgs) -> Result<()> {
     let backend = super::backend(&args.repo)?;
     let incomplete = super::runtime()?.block_on(async {
         let mut repo = super::open(&args.repo, backend).await?;
-        let parent = match &args.parent {
-            Some(p) => Some(repo.find_snapshot(p).await?.0),
-            None => None,
+        let parent = match (&args.parent, &source) {
+            (Some(p), _) => Some(repo.find_snapshot(p).await?.0),
+            (None, Source::Paths(paths)) if !args.force => {
+                let wanted: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                repo.snapshots()
+                    .await?
+                    .into_iter()
+                    .rev()
+                    .find(|(_, s)| s.host == host && s.paths == wanted)
+                    .map(|(id, _)| id)
+            }
+            (None, _) => None,
         };
         let opts = BackupOptions {
             host,
@@ -44,9 +53,10 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         } else {
             let s = &snap.summary;
             println!(
-                "snapshot {} saved: {} files, {} dirs, {} bytes read, {} bytes new ({} stored after compression)",
+                "snapshot {} saved: {} files ({} unchanged, not read), {} dirs, {} bytes read, {} bytes new ({} stored after compression)",
                 id.short(),
                 s.files,
+                s.files_unchanged,
                 s.dirs,
                 s.bytes_read,
                 s.bytes_added,

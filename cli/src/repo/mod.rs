@@ -2,7 +2,11 @@
 //! command; this file turns the common flags into an opened storage handle.
 
 pub mod backup;
+pub mod check;
+pub mod forget;
 pub mod init;
+pub mod ls;
+pub mod prune;
 pub mod restore;
 pub mod snapshots;
 

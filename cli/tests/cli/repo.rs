@@ -175,3 +175,52 @@ fn a_wrong_endpoint_or_a_missing_repository_is_one_clear_line() {
     assert!(err.contains("cannot reach the gateway"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn incremental_backup_ls_forget_prune_and_check() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    let path = src.path().to_str().unwrap();
+    ok(&kura(&gw, &["backup", path], None));
+    std::fs::write(src.path().join("etc/app/config.yaml"), "replicas: 5\n").unwrap();
+    let out = ok(&kura(&gw, &["backup", path], None));
+    assert!(
+        out.contains("(2 unchanged, not read)"),
+        "the newest snapshot of the same paths is the parent: {out}"
+    );
+
+    let name = src
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let listing = ok(&kura(&gw, &["ls", "latest", &format!("{name}/etc")], None));
+    assert!(
+        listing.contains(&format!("/{name}/etc/app/config.yaml")),
+        "{listing}"
+    );
+    assert!(!listing.contains("volume.bin"), "{listing}");
+
+    let out = ok(&kura(&gw, &["forget", "--keep-last", "1"], None));
+    assert!(out.contains("kept 1 snapshots, removed 1"), "{out}");
+    let first = ok(&kura(&gw, &["prune", "--grace", "0s"], None));
+    let second = ok(&kura(&gw, &["prune", "--grace", "0s"], None));
+    assert!(first.starts_with("marked 1 unused packs"), "{first}");
+    assert!(second.contains("deleted 1 packs"), "{second}");
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+
+    let dst = tempfile::tempdir().unwrap();
+    ok(&kura(
+        &gw,
+        &["restore", "latest", dst.path().to_str().unwrap()],
+        None,
+    ));
+    assert_eq!(
+        std::fs::read(dst.path().join(&name).join("etc/app/config.yaml")).unwrap(),
+        b"replicas: 5\n"
+    );
+}

@@ -1,0 +1,57 @@
+//! `kura ls SNAPSHOT [PATH]`: the entries of a snapshot, one per line or as JSON lines.
+
+use anyhow::Result;
+use kura_repo::{Backend, Id, NodeType, Repository};
+
+use crate::args::LsArgs;
+
+pub fn run(args: &LsArgs) -> Result<()> {
+    let backend = super::backend(&args.repo)?;
+    super::runtime()?.block_on(async {
+        let repo = super::open(&args.repo, backend).await?;
+        let (_, snap) = repo.find_snapshot(&args.snapshot).await?;
+        let only = args
+            .path
+            .as_deref()
+            .map(|p| p.trim_matches('/').to_string());
+        list(&repo, &snap.tree, String::new(), only.as_deref(), args.json).await
+    })
+}
+
+async fn list<B: Backend>(
+    repo: &Repository<B>,
+    tree: &Id,
+    prefix: String,
+    only: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    for node in repo.read_tree(tree).await?.nodes {
+        let path = format!("{prefix}/{}", node.name().to_string_lossy());
+        let rel = path.trim_start_matches('/');
+        let inside = only.is_none_or(|o| rel == o || rel.starts_with(&format!("{o}/")));
+        let above = only.is_some_and(|o| o.starts_with(&format!("{rel}/")));
+        if inside {
+            if json {
+                println!("{}", serde_json::json!({ "path": path, "node": node }));
+            } else {
+                let kind = match node.kind {
+                    Some(NodeType::Dir) => "d",
+                    Some(NodeType::Symlink) => "l",
+                    Some(NodeType::File) => "-",
+                    _ => "?",
+                };
+                println!(
+                    "{kind} {:o} {:>12} {path}",
+                    node.mode,
+                    node.size.unwrap_or(0)
+                );
+            }
+        }
+        if (inside || above)
+            && let Some(sub) = &node.subtree
+        {
+            Box::pin(list(repo, sub, path.clone(), only, json)).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! `kura prune [--grace 24h]`: marks unused packs, deletes those marked long enough ago.
+
+use anyhow::Result;
+
+use crate::args::PruneArgs;
+
+pub fn run(args: &PruneArgs) -> Result<()> {
+    let backend = super::backend(&args.repo)?;
+    super::runtime()?.block_on(async {
+        let mut repo = super::open(&args.repo, backend).await?;
+        let r = kura_repo::prune(&mut repo, args.grace).await?;
+        println!(
+            "marked {} unused packs; deleted {} packs ({} bytes) marked over {}s ago; {} marked packs are in use again",
+            r.marked,
+            r.deleted,
+            r.deleted_bytes,
+            args.grace.as_secs(),
+            r.rescued
+        );
+        Ok(())
+    })
+}
