@@ -10,7 +10,7 @@ use crate::id::Id;
 use crate::pack::{BlobLocation, Entry};
 
 /// `INDEX_EVERY`: packs per index object written during a backup.
-pub const INDEX_EVERY: usize = 64;
+pub const INDEX_EVERY: usize = 16;
 
 /// All known blobs.
 #[derive(Clone, Default)]

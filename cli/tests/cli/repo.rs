@@ -9,7 +9,7 @@ use crate::gateway::{free_port, stop, wait_ready};
 struct Gateway {
     child: Option<Child>,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Gateway {
@@ -41,7 +41,7 @@ fn gateway() -> Gateway {
     Gateway {
         child: Some(child),
         port,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -222,5 +222,67 @@ fn incremental_backup_ls_forget_prune_and_check() {
     assert_eq!(
         std::fs::read(dst.path().join(&name).join("etc/app/config.yaml")).unwrap(),
         b"replicas: 5\n"
+    );
+}
+
+/// A backup killed with SIGKILL after its first index object: the repository stays
+/// check-clean with no new snapshot, and the next backup reuses what was indexed.
+#[test]
+fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused() {
+    let gw = gateway();
+    ok(&kura(
+        &gw,
+        &["init", "--chunk-kib", "64", "--pack-mib", "1"],
+        None,
+    ));
+    let src = tempfile::tempdir().unwrap();
+    for i in 0..6u32 {
+        let data: Vec<u8> = (0..6_000_000u32)
+            .map(|j| (j.wrapping_add(i * 7_919).wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0])
+            .collect();
+        std::fs::write(src.path().join(format!("part-{i}.bin")), data).unwrap();
+    }
+    let index_dir = gw.dir.path().join("objects/backups/cluster-a/index");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["backup", src.path().to_str().unwrap()])
+        .env("KURA_REPOSITORY", "s3://backups/cluster-a")
+        .env("KURA_ENDPOINT", format!("http://127.0.0.1:{}", gw.port))
+        .env("KURA_ACCESS_KEY_ID", "repo-test")
+        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut killed = false;
+    for _ in 0..6000 {
+        if std::fs::read_dir(&index_dir).is_ok_and(|mut d| d.next().is_some()) {
+            child.kill().unwrap();
+            killed = true;
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the backup finished before it could be killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.wait().unwrap();
+    assert!(killed, "no index object appeared");
+
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    assert_eq!(list.trim(), "[]", "a killed backup leaves no snapshot");
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+    let out = ok(&kura(
+        &gw,
+        &["backup", "--json", src.path().to_str().unwrap()],
+        None,
+    ));
+    let snap: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let read = snap["snapshot"]["summary"]["bytes_read"].as_u64().unwrap();
+    let added = snap["snapshot"]["summary"]["bytes_added"].as_u64().unwrap();
+    assert!(
+        added < read - (10 << 20),
+        "the indexed part was reused: {added} of {read} bytes new"
     );
 }
