@@ -114,7 +114,9 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(secs))
 }
 
-/// Where the repository is. It is only ever reached through a kura gateway.
+/// Where the repository is. It is only ever reached through a kura gateway: the one at
+/// --endpoint, or one started in this process (in front of --upstream with --key-file, or
+/// the embedded default on --data-dir).
 #[derive(Args, Debug)]
 pub struct RepoArgs {
     /// Repository location, `s3://BUCKET/PREFIX`.
@@ -122,11 +124,26 @@ pub struct RepoArgs {
     pub repo: String,
     /// URL of the kura gateway to store through.
     #[arg(long, env = "KURA_ENDPOINT")]
-    pub endpoint: String,
+    pub endpoint: Option<String>,
     /// Gateway access key ID (the secret comes from `KURA_SECRET_ACCESS_KEY` only, so that
-    /// it never shows in a process list).
+    /// it never shows in a process list). Needed with --endpoint.
     #[arg(long, env = "KURA_ACCESS_KEY_ID")]
-    pub access_key_id: String,
+    pub access_key_id: Option<String>,
+    /// Without --endpoint: the upstream S3 service for an in-process gateway.
+    #[arg(long, conflicts_with = "endpoint")]
+    pub upstream: Option<String>,
+    /// With --upstream: region to sign for [default: us-east-1].
+    #[arg(long, requires = "upstream")]
+    pub upstream_region: Option<String>,
+    /// With --upstream: path-style requests.
+    #[arg(long, requires = "upstream")]
+    pub path_style: bool,
+    /// Key file of the in-process gateway (required with --upstream).
+    #[arg(long, env = "KURA_KEY_FILE", conflicts_with = "endpoint")]
+    pub key_file: Option<PathBuf>,
+    /// Without --endpoint or --upstream: the embedded default's directory.
+    #[arg(long, env = "KURA_DATA_DIR", default_value = "kura-data")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -75,6 +75,7 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
+#[derive(Clone)]
 pub struct S3Backend {
     client: Client,
     bucket: String,

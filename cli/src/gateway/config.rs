@@ -35,12 +35,13 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default"));
     let cipher_name = args
         .cipher
-        .or(file.cipher)
+        .clone()
+        .or(file.cipher.clone())
         .unwrap_or_else(|| "aes-256-gcm".into());
     let cipher = Cipher::from_name(&cipher_name)
         .with_context(|| format!("unknown cipher {cipher_name:?}"))?;
-    let upstream_url = args.upstream.or(file.upstream.url.clone());
-    let key_file = args.key_file.or(file.key_file);
+    let upstream_url = args.upstream.clone().or(file.upstream.url.clone());
+    let key_file = args.key_file.clone().or(file.key_file.clone());
     let mut credentials = Vec::new();
     for c in &file.credentials {
         let secret = c
@@ -63,44 +64,9 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             buckets: BucketScope::All,
         });
     }
-    let (upstream, keyring) = if let Some(url) = upstream_url {
-        let key_file = key_file.context("--key-file is required with --upstream")?;
-        let region = args
-            .upstream_region
-            .or(file.upstream.region.clone())
-            .unwrap_or_else(|| "us-east-1".into());
-        let static_creds = match &file.upstream.access_key_id {
-            Some(ak) => Some((
-                ak.clone(),
-                file.upstream
-                    .secret
-                    .resolve("upstream")
-                    .map_err(anyhow::Error::msg)?,
-            )),
-            None => None,
-        };
-        let upstream = UpstreamConfig::S3 {
-            url,
-            region,
-            path_style: args.path_style || file.upstream.path_style.unwrap_or(false),
-            ca_bundle: args.upstream_ca_bundle.or(file.upstream.ca_bundle.clone()),
-            credentials: static_creds,
-        };
-        (upstream, load_keyring(&key_file)?)
-    } else {
-        let dir = args
-            .data_dir
-            .or(file.data_dir)
-            .context("give --data-dir (embedded upstream) or --upstream URL")?;
-        let setup = embedded::prepare(&dir, key_file.as_deref(), credentials.is_empty())?;
-        credentials.extend(setup.credentials);
-        (
-            UpstreamConfig::Local {
-                dir: setup.objects_dir,
-            },
-            setup.keyring,
-        )
-    };
+    let (upstream, keyring, generated) =
+        upstream_and_keyring(&args, &file, upstream_url, key_file, credentials.is_empty())?;
+    credentials.extend(generated);
     if credentials.is_empty() {
         bail!(
             "no client credentials: add [[credentials]] to the config file or set KURA_ACCESS_KEY_ID and KURA_SECRET_ACCESS_KEY"
@@ -127,4 +93,89 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         tls,
         virtual_host_domain: args.virtual_host_domain.or(file.virtual_host_domain),
     })
+}
+
+/// The upstream and the key file, from flags over file: S3 with a key file, or the
+/// embedded default on a directory (which generates credentials when `need_credentials`).
+fn upstream_and_keyring(
+    args: &GatewayArgs,
+    file: &FileConfig,
+    upstream_url: Option<String>,
+    key_file: Option<std::path::PathBuf>,
+    need_credentials: bool,
+) -> anyhow::Result<(UpstreamConfig, Keyring, Vec<ClientCredential>)> {
+    if let Some(url) = upstream_url {
+        let key_file = key_file.context("--key-file is required with --upstream")?;
+        let region = args
+            .upstream_region
+            .clone()
+            .or(file.upstream.region.clone())
+            .unwrap_or_else(|| "us-east-1".into());
+        let static_creds = match &file.upstream.access_key_id {
+            Some(ak) => Some((
+                ak.clone(),
+                file.upstream
+                    .secret
+                    .resolve("upstream")
+                    .map_err(anyhow::Error::msg)?,
+            )),
+            None => None,
+        };
+        let upstream = UpstreamConfig::S3 {
+            url,
+            region,
+            path_style: args.path_style || file.upstream.path_style.unwrap_or(false),
+            ca_bundle: args
+                .upstream_ca_bundle
+                .clone()
+                .or(file.upstream.ca_bundle.clone()),
+            credentials: static_creds,
+        };
+        Ok((upstream, load_keyring(&key_file)?, Vec::new()))
+    } else {
+        let dir = args
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone())
+            .context("give --data-dir (embedded upstream) or --upstream URL")?;
+        let setup = embedded::prepare(&dir, key_file.as_deref(), need_credentials)?;
+        Ok((
+            UpstreamConfig::Local {
+                dir: setup.objects_dir,
+            },
+            setup.keyring,
+            setup.credentials,
+        ))
+    }
+}
+
+/// A gateway for one `kura` command to talk to over loopback (`kura backup` and friends
+/// without --endpoint): the embedded default on `--data-dir`, or `--upstream` with a key
+/// file, and one random credential that lives as long as the process.
+pub fn in_process(args: &GatewayArgs) -> anyhow::Result<(GatewayConfig, String, String)> {
+    let file = FileConfig::default();
+    let (upstream, keyring, _) = upstream_and_keyring(
+        args,
+        &file,
+        args.upstream.clone(),
+        args.key_file.clone(),
+        false,
+    )?;
+    let access_key = format!("kura-cli-{}", embedded::random_token(6)?);
+    let secret = embedded::random_token(20)?;
+    let config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().expect("valid address"),
+        admin_listen: None,
+        upstream,
+        keyring: Arc::new(keyring),
+        cipher: Cipher::Aes256Gcm,
+        credentials: vec![ClientCredential {
+            access_key: access_key.clone(),
+            secret: secret.clone().into(),
+            buckets: BucketScope::All,
+        }],
+        tls: None,
+        virtual_host_domain: None,
+    };
+    Ok((config, access_key, secret))
 }

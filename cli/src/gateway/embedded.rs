@@ -18,7 +18,7 @@ pub struct Setup {
     pub credentials: Vec<ClientCredential>,
 }
 
-fn random_token(bytes: usize) -> anyhow::Result<String> {
+pub fn random_token(bytes: usize) -> anyhow::Result<String> {
     let mut b = vec![0u8; bytes];
     getrandom(&mut b)?;
     Ok(hex::encode(b))

@@ -5,6 +5,8 @@
 mod config;
 mod embedded;
 
+pub use config::in_process;
+
 use anyhow::Context as _;
 
 use crate::args::GatewayArgs;

@@ -26,9 +26,8 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map_or_else(|_| "unknown".into(), |h| h.trim().to_string()),
     };
-    let backend = super::backend(&args.repo)?;
     let incomplete = super::runtime()?.block_on(async {
-        let mut repo = super::open(&args.repo, backend).await?;
+        let (mut repo, _conn) = super::open(&args.repo).await?;
         let parent = match (&args.parent, &source) {
             (Some(p), _) => Some(repo.find_snapshot(p).await?.0),
             (None, Source::Paths(paths)) if !args.force => {

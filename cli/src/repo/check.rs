@@ -5,9 +5,8 @@ use anyhow::{Result, bail};
 use crate::args::CheckArgs;
 
 pub fn run(args: &CheckArgs) -> Result<()> {
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let mut repo = super::open(&args.repo, backend).await?;
+        let (mut repo, _conn) = super::open(&args.repo).await?;
         let report = kura_repo::check(&mut repo, args.read_data).await?;
         for p in &report.problems {
             eprintln!("kura: problem: {p}");

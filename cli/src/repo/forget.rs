@@ -14,9 +14,8 @@ pub fn run(args: &ForgetArgs) -> Result<()> {
         monthly: args.keep_monthly,
         yearly: args.keep_yearly,
     };
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let repo = super::open(&args.repo, backend).await?;
+        let (repo, _conn) = super::open(&args.repo).await?;
         let (keep, remove) = kura_repo::forget(&repo, policy, args.dry_run).await?;
         if args.json {
             let hex = |v: &[kura_repo::Id]| v.iter().map(kura_repo::Id::to_hex).collect::<Vec<_>>();

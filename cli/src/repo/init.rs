@@ -12,13 +12,13 @@ pub fn run(args: &InitArgs) -> Result<()> {
     params.chunker.max = params.chunker.avg.saturating_mul(4);
     params.block_size = args.block_kib.saturating_mul(1024);
     params.pack_size = args.pack_mib.saturating_mul(1 << 20);
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        backend
+        let conn = super::connect(&args.repo).await?;
+        conn.backend
             .ensure_bucket()
             .await
             .context("creating the bucket")?;
-        let repo = Repository::init(backend, params)
+        let repo = Repository::init(conn.backend.clone(), params)
             .await
             .with_context(|| format!("initializing {}", args.repo.repo))?;
         println!(

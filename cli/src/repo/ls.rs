@@ -6,9 +6,8 @@ use kura_repo::{Backend, Id, NodeType, Repository};
 use crate::args::LsArgs;
 
 pub fn run(args: &LsArgs) -> Result<()> {
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let repo = super::open(&args.repo, backend).await?;
+        let (repo, _conn) = super::open(&args.repo).await?;
         let (_, snap) = repo.find_snapshot(&args.snapshot).await?;
         let only = args
             .path

@@ -1,5 +1,6 @@
-//! `kura init / backup / snapshots / restore`: the repository commands. One file per
-//! command; this file turns the common flags into an opened storage handle.
+//! `kura init / backup / snapshots / restore / ls / check / forget / prune`: the
+//! repository commands. One file per command; this file turns the common flags into a
+//! storage handle, through the gateway at --endpoint or one started in this process.
 
 pub mod backup;
 pub mod check;
@@ -13,27 +14,71 @@ pub mod snapshots;
 use anyhow::{Context as _, Result};
 use kura_repo::{S3Backend, S3Location};
 
-use crate::args::RepoArgs;
+use crate::args::{GatewayArgs, RepoArgs};
 
-/// The storage for `--repo` through `--endpoint`, with the secret from the environment.
-pub fn backend(args: &RepoArgs) -> Result<S3Backend> {
-    let (bucket, prefix) = S3Location::parse_repo(&args.repo)?;
-    let secret_key = std::env::var("KURA_SECRET_ACCESS_KEY")
-        .context("KURA_SECRET_ACCESS_KEY is not set (the gateway secret for --access-key-id)")?;
-    Ok(S3Backend::new(&S3Location {
-        endpoint: args.endpoint.clone(),
-        bucket,
-        prefix,
-        access_key: args.access_key_id.clone(),
-        secret_key,
-    }))
+/// Storage for the repository, and the in-process gateway behind it when there is one
+/// (it serves until this value is dropped).
+pub struct Connection {
+    pub backend: S3Backend,
+    _gateway: Option<kura_gateway::server::Running>,
 }
 
-/// Opens the repository at `--repo`, with the location in the error.
-pub async fn open(args: &RepoArgs, backend: S3Backend) -> Result<kura_repo::Repository<S3Backend>> {
-    kura_repo::Repository::open(backend)
+/// Connects as the flags say: --endpoint with its credentials, or an in-process gateway on
+/// loopback in front of --upstream (with --key-file) or the embedded default (--data-dir).
+pub async fn connect(args: &RepoArgs) -> Result<Connection> {
+    let (bucket, prefix) = S3Location::parse_repo(&args.repo)?;
+    if let Some(endpoint) = &args.endpoint {
+        let access_key = args
+            .access_key_id
+            .clone()
+            .context("--access-key-id (or KURA_ACCESS_KEY_ID) is required with --endpoint")?;
+        let secret_key = std::env::var("KURA_SECRET_ACCESS_KEY").context(
+            "KURA_SECRET_ACCESS_KEY is not set (the gateway secret for --access-key-id)",
+        )?;
+        let backend = S3Backend::new(&S3Location {
+            endpoint: endpoint.clone(),
+            bucket,
+            prefix,
+            access_key,
+            secret_key,
+        });
+        return Ok(Connection {
+            backend,
+            _gateway: None,
+        });
+    }
+    let gateway_args = GatewayArgs {
+        upstream: args.upstream.clone(),
+        upstream_region: args.upstream_region.clone(),
+        path_style: args.path_style,
+        key_file: args.key_file.clone(),
+        data_dir: Some(args.data_dir.clone()),
+        ..GatewayArgs::default()
+    };
+    let (config, access_key, secret_key) = crate::gateway::in_process(&gateway_args)?;
+    let running = kura_gateway::server::start(config)
         .await
-        .with_context(|| format!("opening {}", args.repo))
+        .context("starting the in-process gateway")?;
+    let backend = S3Backend::new(&S3Location {
+        endpoint: format!("http://{}", running.addr),
+        bucket,
+        prefix,
+        access_key,
+        secret_key,
+    });
+    Ok(Connection {
+        backend,
+        _gateway: Some(running),
+    })
+}
+
+/// Connects and opens the repository at `--repo`, with the location in the error.
+pub async fn open(args: &RepoArgs) -> Result<(kura_repo::Repository<S3Backend>, Connection)> {
+    let conn = connect(args).await?;
+    let repo = kura_repo::Repository::open(conn.backend.clone())
+        .await
+        .with_context(|| format!("opening {}", args.repo))?;
+    Ok((repo, conn))
 }
 
 /// A multi-thread runtime (backup reads on its own thread while packs upload).

@@ -5,9 +5,8 @@ use anyhow::Result;
 use crate::args::PruneArgs;
 
 pub fn run(args: &PruneArgs) -> Result<()> {
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let mut repo = super::open(&args.repo, backend).await?;
+        let (mut repo, _conn) = super::open(&args.repo).await?;
         let r = kura_repo::prune(&mut repo, args.grace).await?;
         println!(
             "marked {} unused packs; deleted {} packs ({} bytes) marked over {}s ago; {} marked packs are in use again",

@@ -7,9 +7,8 @@ use anyhow::{Context as _, Result, bail};
 use crate::args::RestoreArgs;
 
 pub fn run(args: &RestoreArgs) -> Result<()> {
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let repo = super::open(&args.repo, backend).await?;
+        let (repo, _conn) = super::open(&args.repo).await?;
         let (id, snap) = repo.find_snapshot(&args.snapshot).await?;
         if args.target == Path::new("-") {
             let tree = repo.read_tree(&snap.tree).await?;

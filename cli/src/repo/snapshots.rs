@@ -5,9 +5,8 @@ use anyhow::Result;
 use crate::args::SnapshotsArgs;
 
 pub fn run(args: &SnapshotsArgs) -> Result<()> {
-    let backend = super::backend(&args.repo)?;
     super::runtime()?.block_on(async {
-        let repo = super::open(&args.repo, backend).await?;
+        let (repo, _conn) = super::open(&args.repo).await?;
         let all = repo.snapshots().await?;
         if args.json {
             let list: Vec<_> = all

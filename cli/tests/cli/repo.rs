@@ -286,3 +286,63 @@ fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused()
         "the indexed part was reused: {added} of {read} bytes new"
     );
 }
+
+/// With neither --endpoint nor --upstream, each command starts the embedded default's
+/// gateway in-process on --data-dir: no server needed, and the data is ciphertext.
+#[test]
+fn without_an_endpoint_the_embedded_default_runs_in_process() {
+    let data = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(args)
+            .args(["--repo", "s3://local/repo", "--data-dir"])
+            .arg(data.path())
+            .env_remove("KURA_ENDPOINT")
+            .env_remove("KURA_ACCESS_KEY_ID")
+            .env_remove("KURA_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap()
+    };
+    let init = run(&["init"]);
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    assert!(String::from_utf8_lossy(&init.stderr).contains("NEW KEY FILE"));
+    assert!(data.path().join("kura-keys.toml").exists());
+
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("secret.txt"),
+        "the plaintext nobody may see\n".repeat(100),
+    )
+    .unwrap();
+    ok(&run(&["backup", src.path().to_str().unwrap()]));
+    let dst = tempfile::tempdir().unwrap();
+    ok(&run(&["restore", "latest", dst.path().to_str().unwrap()]));
+    let name = src.path().file_name().unwrap();
+    assert_eq!(
+        std::fs::read(dst.path().join(name).join("secret.txt")).unwrap(),
+        std::fs::read(src.path().join("secret.txt")).unwrap()
+    );
+    let mut stack = vec![data.path().join("objects")];
+    let mut files = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !p.to_string_lossy().contains(".s3s") {
+                files += 1;
+                let b = std::fs::read(&p).unwrap();
+                assert!(
+                    !b.windows(13).any(|w| w == b"the plaintext"),
+                    "{}",
+                    p.display()
+                );
+            }
+        }
+    }
+    assert!(files >= 4, "config, packs, index, snapshot: {files}");
+}
