@@ -1,0 +1,299 @@
+//! kura's repository against restic, through the same `kura gateway` (embedded default on
+//! a temp directory) in one run; prints throughput, peak memory and the ratios.
+//!
+//! `cargo bench -p kura --bench repo_vs_restic` with `restic` on PATH (Debian package).
+//! `KURA_BENCH_MIB` sizes the image (default 1024; the figure is 4096), three
+//! quarters random and one quarter zeros; `KURA_BENCH_FILES` sizes the file tree (default
+//! 20000; the figure is 200000). Results go in `repo/README.md`.
+
+#![allow(missing_docs, reason = "a bench binary")]
+#![allow(
+    clippy::cast_precision_loss,
+    reason = "throughput figures are approximate by nature"
+)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const AK: &str = "bench";
+const SK: &str = "bench-secret-key";
+
+struct Run {
+    seconds: f64,
+    peak_kib: u64,
+}
+
+/// Runs `cmd` under `/usr/bin/time` and returns wall time and peak RSS; panics on failure.
+fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
+    let mut wrapped = Command::new("/usr/bin/time");
+    wrapped
+        .arg("-f")
+        .arg("PEAK %M")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(p) = stdin {
+        wrapped.stdin(std::fs::File::open(p).unwrap());
+    }
+    wrapped.stdout(Stdio::null()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let out = wrapped.output().unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} failed: {err}");
+    let peak_kib = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("PEAK "))
+        .next_back()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Run { seconds, peak_kib }
+}
+
+fn xorshift_fill(buf: &mut [u8], state: &mut u64) {
+    for chunk in buf.chunks_mut(8) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let b = state.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+/// Three quarters random, one quarter zeros, interleaved in 16 MiB stretches.
+fn make_image(path: &Path, mib: usize) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = 0x1234_5678_9abc_def1u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..mib {
+        if (i / 16) % 4 == 3 {
+            buf.fill(0);
+        } else {
+            xorshift_fill(&mut buf, &mut state);
+        }
+        f.write_all(&buf).unwrap();
+    }
+}
+
+fn make_tree(root: &Path, files: usize) {
+    let mut state = 0x0bad_cafe_u64;
+    let mut buf = vec![0u8; 8192];
+    for i in 0..files {
+        let dir = root.join(format!("d{:03}/e{:03}", i / 10_000, (i / 100) % 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        let len = (state % 8192) as usize;
+        xorshift_fill(&mut buf[..len], &mut state);
+        std::fs::write(dir.join(format!("f{i}")), &buf[..len]).unwrap();
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg("-s")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one benchmark script, read top to bottom"
+)]
+fn main() {
+    let mib: usize = std::env::var("KURA_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let files: usize = std::env::var("KURA_BENCH_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
+    let work =
+        tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
+            .unwrap();
+    let w = work.path();
+    let image = w.join("disk.img");
+    make_image(&image, mib);
+    let tree = w.join("tree");
+    make_tree(&tree, files);
+
+    let (mut gateway, endpoint) = start_gateway(&kura, &w.join("gateway"));
+
+    let restic = |args: &[&str], repo: &str| {
+        let mut c = Command::new("restic");
+        c.args(args)
+            .env("RESTIC_REPOSITORY", format!("s3:{endpoint}/{repo}"))
+            .env("RESTIC_PASSWORD", "bench")
+            .env("AWS_ACCESS_KEY_ID", AK)
+            .env("AWS_SECRET_ACCESS_KEY", SK)
+            .env("RESTIC_CACHE_DIR", w.join("restic-cache"))
+            .env_remove("AWS_CA_BUNDLE");
+        c
+    };
+    let kura_cmd = |args: &[&str], repo: &str| {
+        let mut c = Command::new(&kura);
+        c.args(args)
+            .env("KURA_REPOSITORY", format!("s3://{repo}/repo"))
+            .env("KURA_ENDPOINT", &endpoint)
+            .env("KURA_ACCESS_KEY_ID", AK)
+            .env("KURA_SECRET_ACCESS_KEY", SK);
+        c
+    };
+    let img = image.to_str().unwrap();
+
+    timed(&mut restic(&["init"], "restic-img"), None);
+    let r_backup = timed(&mut restic(&["backup", img], "restic-img"), None);
+    let r_stdin = timed(
+        &mut restic(
+            &["backup", "--stdin", "--stdin-filename", "disk.img"],
+            "restic-img",
+        ),
+        Some(&image),
+    );
+    let r_restore = timed(
+        &mut restic(
+            &[
+                "restore",
+                "latest",
+                "--target",
+                w.join("r-out").to_str().unwrap(),
+            ],
+            "restic-img",
+        ),
+        None,
+    );
+    assert!(
+        same_file(&image, &w.join("r-out/disk.img")),
+        "restic restored other bytes"
+    );
+
+    timed(&mut kura_cmd(&["init"], "kura-img"), None);
+    let k_backup = timed(&mut kura_cmd(&["backup", img], "kura-img"), None);
+    let k_stdin = timed(
+        &mut kura_cmd(
+            &["backup", "--stdin", "--stdin-name", "disk.img"],
+            "kura-img",
+        ),
+        Some(&image),
+    );
+    let k_block = timed(&mut kura_cmd(&["backup", "--block", img], "kura-img"), None);
+    let k_block_again = timed(&mut kura_cmd(&["backup", "--block", img], "kura-img"), None);
+    let k_restore = timed(
+        &mut kura_cmd(
+            &["restore", "latest", w.join("k-out").to_str().unwrap()],
+            "kura-img",
+        ),
+        None,
+    );
+    assert!(
+        same_file(&image, &w.join("k-out/disk.img")),
+        "kura restored other bytes"
+    );
+
+    timed(&mut restic(&["init"], "restic-tree"), None);
+    let r_tree = timed(
+        &mut restic(&["backup", tree.to_str().unwrap()], "restic-tree"),
+        None,
+    );
+    timed(&mut kura_cmd(&["init"], "kura-tree"), None);
+    let k_tree = timed(
+        &mut kura_cmd(&["backup", tree.to_str().unwrap()], "kura-tree"),
+        None,
+    );
+
+    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
+    let _ = gateway.wait();
+
+    report(
+        mib,
+        files,
+        [&r_backup, &r_stdin, &r_restore, &r_tree],
+        [&k_backup, &k_stdin, &k_restore, &k_tree],
+        [&k_block, &k_block_again],
+    );
+}
+
+/// `kura gateway` on the embedded default in `dir`: (process, endpoint URL).
+fn start_gateway(kura: &Path, dir: &Path) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gateway = Command::new(kura)
+        .args([
+            "gateway",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir)
+        .env("KURA_ACCESS_KEY_ID", AK)
+        .env("KURA_SECRET_ACCESS_KEY", SK)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let endpoint = format!("http://127.0.0.1:{port}");
+    (gateway, endpoint)
+}
+
+/// Prints the table: restic and kura runs in the order image backup, stdin re-run,
+/// restore, tree; then kura's `--block` runs.
+fn report(mib: usize, files: usize, r: [&Run; 4], k: [&Run; 4], block: [&Run; 2]) {
+    let gib = mib as f64 / 1024.0;
+    let [r_backup, r_stdin, r_restore, r_tree] = r;
+    let [k_backup, k_stdin, k_restore, k_tree] = k;
+    let [k_block, k_block_again] = block;
+    let mbps = |r: &Run| mib as f64 * 1.048_576 / r.seconds;
+    println!(
+        "image: {mib} MiB ({gib:.2} GiB, 3/4 random, 1/4 zeros); tree: {files} files; gateway: kura gateway, embedded default"
+    );
+    let rows = [
+        ("image backup (file)", r_backup, k_backup),
+        ("image re-run (stdin, nothing new)", r_stdin, k_stdin),
+        ("image restore", r_restore, k_restore),
+    ];
+    for (what, r, k) in rows {
+        println!(
+            "{what:36} restic {:7.1} MB/s {:6} MiB peak | kura {:7.1} MB/s {:6} MiB peak | ratio {:.2}x",
+            mbps(r),
+            r.peak_kib / 1024,
+            mbps(k),
+            k.peak_kib / 1024,
+            r.seconds / k.seconds
+        );
+    }
+    println!(
+        "kura --block first {:.1} MB/s, unchanged re-run {:.1} MB/s ({} MiB peak)",
+        mbps(k_block),
+        mbps(k_block_again),
+        k_block_again.peak_kib / 1024
+    );
+    println!(
+        "tree backup ({files} files)               restic {:6.1} s {:6} MiB peak | kura {:6.1} s {:6} MiB peak | time ratio {:.2}x",
+        r_tree.seconds,
+        r_tree.peak_kib / 1024,
+        k_tree.seconds,
+        k_tree.peak_kib / 1024,
+        r_tree.seconds / k_tree.seconds
+    );
+}
