@@ -213,7 +213,8 @@ pub struct RestoreArgs {
     pub repo: RepoArgs,
     /// Snapshot ID (or a unique prefix), or `latest`.
     pub snapshot: String,
-    /// Target directory, or `-` to write a single-file snapshot to stdout.
+    /// Target directory (created if missing); or, for a one-file snapshot (stdin,
+    /// --block), an existing block device or file to write it onto, or `-` for stdout.
     pub target: PathBuf,
     /// Restore only this path (relative to the snapshot root) and what is below it.
     #[arg(long)]

@@ -93,6 +93,8 @@ pub async fn backup<B: Backend>(
             unindexed: Vec::new(),
             written: Vec::new(),
             handle: handle.clone(),
+            zstd: blob::Compressors::new()?,
+            cdc_buf: Vec::new(),
             summary: Summary::default(),
             errors: Vec::new(),
         };
@@ -148,6 +150,9 @@ struct Writer<B: Backend> {
     unindexed: Vec<PackJson>,
     written: Vec<PackJson>,
     handle: Handle,
+    zstd: blob::Compressors,
+    /// The chunker's window, reused for every file: twice the largest chunk.
+    cdc_buf: Vec<u8>,
     summary: Summary,
     errors: Vec<String>,
 }
@@ -342,26 +347,50 @@ impl<B: Backend> Writer<B> {
         Ok(Some(tree))
     }
 
-    /// Content-defined chunks of a stream.
-    fn save_cdc(&mut self, reader: impl Read) -> Result<(Vec<Content>, u64)> {
+    /// Content-defined chunks of a stream. The window holds twice the largest chunk: a
+    /// cut is final once `max` bytes follow its start (or the input ended), so chunks are
+    /// cut in place and only the unfinished tail moves, once per refill.
+    fn save_cdc(&mut self, mut reader: impl Read) -> Result<(Vec<Content>, u64)> {
         let c = self.config.params.chunker;
-        let chunker = fastcdc::v2020::StreamCDC::new(reader, c.min, c.avg, c.max);
+        let max = c.max as usize;
+        let mut buf = std::mem::take(&mut self.cdc_buf);
+        buf.resize(2 * max, 0);
         let mut content = Vec::new();
-        let mut size = 0u64;
-        for chunk in chunker {
-            let chunk = chunk.map_err(|e| match e {
-                fastcdc::v2020::Error::IoError(io) => RepoError::io(Path::new("input"), io),
-                other => {
-                    RepoError::io(Path::new("input"), std::io::Error::other(other.to_string()))
+        let (mut len, mut size, mut eof) = (0usize, 0u64, false);
+        let result = loop {
+            while !eof && len < buf.len() {
+                match reader.read(&mut buf[len..]) {
+                    Ok(0) => eof = true,
+                    Ok(n) => len += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(RepoError::io(Path::new("input"), e)),
                 }
-            })?;
-            size += chunk.data.len() as u64;
-            self.summary.bytes_read += chunk.data.len() as u64;
-            content.push(Content::Blob {
-                blob: self.save_blob(BlobType::Data, &chunk.data)?,
-            });
-        }
-        Ok((content, size))
+            }
+            let mut start = 0;
+            for chunk in fastcdc::v2020::FastCDC::new(&buf[..len], c.min, c.avg, c.max) {
+                if !eof && len - chunk.offset < max {
+                    break;
+                }
+                let data = &buf[chunk.offset..chunk.offset + chunk.length];
+                match self.save_blob(BlobType::Data, data) {
+                    Ok(blob) => content.push(Content::Blob { blob }),
+                    Err(e) => {
+                        self.cdc_buf = buf;
+                        return Err(e);
+                    }
+                }
+                start = chunk.offset + chunk.length;
+            }
+            size += start as u64;
+            self.summary.bytes_read += start as u64;
+            buf.copy_within(start..len, 0);
+            len -= start;
+            if eof && len == 0 {
+                break Ok((content, size));
+            }
+        };
+        self.cdc_buf = buf;
+        result
     }
 
     /// Fixed chunks of a device or image; all-zero chunks become holes.
@@ -417,7 +446,7 @@ impl<B: Backend> Writer<B> {
         if self.repo.index.contains(&id) || !self.added.insert(id) {
             return Ok(id);
         }
-        let (compression, compressed) = blob::compress(kind, raw);
+        let (compression, compressed) = self.zstd.compress(kind, raw);
         let stored = compressed.as_deref().unwrap_or(raw);
         let raw_len = u32::try_from(raw.len()).expect("chunks are under 4 GiB");
         self.packs[kind as usize].add(kind, id, compression, stored, raw_len);

@@ -47,19 +47,42 @@ impl Compression {
     }
 }
 
-/// The stored form of a blob: zstd when it pays, raw otherwise.
-pub(crate) fn compress(kind: BlobType, raw: &[u8]) -> (Compression, Option<Vec<u8>>) {
-    if kind == BlobType::Data {
-        let probe = &raw[..raw.len().min(PROBE_SIZE)];
-        match zstd::bulk::compress(probe, PROBE_LEVEL) {
-            #[allow(clippy::cast_precision_loss, reason = "a ratio")]
-            Ok(out) if (out.len() as f64) <= PROBE_RATIO * probe.len() as f64 => {}
-            _ => return (Compression::None, None),
-        }
+/// zstd contexts, made once per backup: creating one per chunk costs more than
+/// compressing a small file.
+pub(crate) struct Compressors {
+    probe: zstd::bulk::Compressor<'static>,
+    full: zstd::bulk::Compressor<'static>,
+}
+
+impl Compressors {
+    pub(crate) fn new() -> Result<Self> {
+        let make =
+            |level| zstd::bulk::Compressor::new(level).map_err(|e| RepoError::corrupt("zstd", e));
+        Ok(Self {
+            probe: make(PROBE_LEVEL)?,
+            full: make(LEVEL)?,
+        })
     }
-    match zstd::bulk::compress(raw, LEVEL) {
-        Ok(out) if out.len() < raw.len() => (Compression::Zstd, Some(out)),
-        _ => (Compression::None, None),
+
+    /// The stored form of a blob: zstd when it pays, raw otherwise. A data chunk longer
+    /// than `PROBE_SIZE` is probed first; a shorter one is simply compressed once.
+    pub(crate) fn compress(
+        &mut self,
+        kind: BlobType,
+        raw: &[u8],
+    ) -> (Compression, Option<Vec<u8>>) {
+        if kind == BlobType::Data && raw.len() > PROBE_SIZE {
+            let probe = &raw[..PROBE_SIZE];
+            match self.probe.compress(probe) {
+                #[allow(clippy::cast_precision_loss, reason = "a ratio")]
+                Ok(out) if (out.len() as f64) <= PROBE_RATIO * probe.len() as f64 => {}
+                _ => return (Compression::None, None),
+            }
+        }
+        match self.full.compress(raw) {
+            Ok(out) if out.len() < raw.len() => (Compression::Zstd, Some(out)),
+            _ => (Compression::None, None),
+        }
     }
 }
 
@@ -93,7 +116,8 @@ mod tests {
     #[test]
     fn text_is_compressed_and_random_bytes_are_not() {
         let text = b"kura snapshot volume backup ".repeat(5000);
-        let (c, out) = compress(BlobType::Data, &text);
+        let mut z = Compressors::new().unwrap();
+        let (c, out) = z.compress(BlobType::Data, &text);
         assert_eq!(c, Compression::Zstd);
         let out = out.unwrap();
         assert!(out.len() < text.len() / 10);
@@ -101,6 +125,6 @@ mod tests {
 
         let mut noise = vec![0u8; 200_000];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut noise).unwrap();
-        assert_eq!(compress(BlobType::Data, &noise).0, Compression::None);
+        assert_eq!(z.compress(BlobType::Data, &noise).0, Compression::None);
     }
 }

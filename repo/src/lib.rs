@@ -36,6 +36,6 @@ pub use forget::{KeepPolicy, forget};
 pub use id::Id;
 pub use prune::{PruneReport, prune};
 pub use repository::Repository;
-pub use restore::{RestoreSummary, restore, write_content};
+pub use restore::{RestoreSummary, restore, restore_file, write_content};
 pub use snapshot::Snapshot;
 pub use tree::{Content, Node, NodeType, Tree};

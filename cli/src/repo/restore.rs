@@ -23,6 +23,26 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             kura_repo::write_content(&repo, node, &mut out).await?;
             return Ok(());
         }
+        // A device, or a path that is not a directory, takes a one-file snapshot's content.
+        let into_file = std::fs::metadata(&args.target).is_ok_and(|m| !m.is_dir());
+        if into_file {
+            let tree = repo.read_tree(&snap.tree).await?;
+            let [node] = tree.nodes.as_slice() else {
+                bail!(
+                    "{} is not a directory, and snapshot {} holds {} entries, not one file",
+                    args.target.display(),
+                    id.short(),
+                    tree.nodes.len()
+                );
+            };
+            let n = kura_repo::restore_file(&repo, node, &args.target).await?;
+            eprintln!(
+                "restored {n} bytes of snapshot {} onto {}",
+                id.short(),
+                args.target.display()
+            );
+            return Ok(());
+        }
         let s = kura_repo::restore(&repo, &snap.tree, &args.target, args.include.as_deref())
             .await
             .with_context(|| format!("restoring snapshot {}", id.short()))?;

@@ -236,9 +236,16 @@ fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused()
         None,
     ));
     let src = tempfile::tempdir().unwrap();
-    for i in 0..6u32 {
-        let data: Vec<u8> = (0..6_000_000u32)
-            .map(|j| (j.wrapping_add(i * 7_919).wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0])
+    for i in 0..6u64 {
+        // Incompressible, so that packs fill and the first index comes well before the end.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ i;
+        let data: Vec<u8> = (0..750_000)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
             .collect();
         std::fs::write(src.path().join(format!("part-{i}.bin")), data).unwrap();
     }
