@@ -145,6 +145,17 @@ fn a_stream_goes_in_on_stdin_and_comes_out_on_stdout() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.stdout, data);
+
+    // Onto an existing file (as onto a block device): its old bytes are replaced.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("volume.raw");
+    std::fs::write(&target, vec![0xAA; 3_000_000]).unwrap();
+    ok(&kura(
+        &gw,
+        &["restore", "latest", target.to_str().unwrap()],
+        None,
+    ));
+    assert_eq!(std::fs::read(&target).unwrap(), data);
 }
 
 #[test]
