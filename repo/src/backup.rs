@@ -3,7 +3,9 @@
 //!
 //! Reading and chunking run on a blocking-pool thread; packs upload
 //! on the runtime, at most `UPLOADS_IN_FLIGHT` at once, so memory is bounded by
-//! `(UPLOADS_IN_FLIGHT + 2) * pack_size` (one pack filling per blob type) plus one chunk, whatever the data.
+//! `(UPLOADS_IN_FLIGHT + 2) * pack_size` (one pack filling per blob type) plus the chunker's
+//! window (four times the largest chunk) and its batch of compressed chunks, whatever the data.
+//! Chunks are hashed and compressed on every core in batches (`par_map`).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -31,6 +33,31 @@ use crate::tree::{Content, Node, NodeType, Tree};
 
 /// Packs uploading at once.
 pub const UPLOADS_IN_FLIGHT: usize = 4;
+/// Bytes of chunks below which a batch is hashed and compressed on the reading thread.
+pub const PARALLEL_MIN: usize = 1 << 20;
+
+/// `f` over `items` on one scoped thread per state (contiguous shares), results in order.
+fn par_map<T: Sync, S: Send, R: Send>(
+    items: &[T],
+    states: &mut [S],
+    f: impl Fn(&mut S, &T) -> R + Sync,
+) -> Vec<R> {
+    let share = items.len().div_ceil(states.len().max(1)).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(share)
+            .zip(states.iter_mut())
+            .map(|(part, state)| {
+                let f = &f;
+                scope.spawn(move || part.iter().map(|t| f(state, t)).collect::<Vec<R>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a hashing thread panicked"))
+            .collect()
+    })
+}
 
 /// What to back up.
 pub enum Source {
@@ -94,6 +121,9 @@ pub async fn backup<B: Backend>(
             written: Vec::new(),
             handle: handle.clone(),
             zstd: blob::Compressors::new()?,
+            workers: (0..std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+                .map(|_| blob::Compressors::new())
+                .collect::<Result<_>>()?,
             cdc_buf: Vec::new(),
             summary: Summary::default(),
             errors: Vec::new(),
@@ -151,7 +181,9 @@ struct Writer<B: Backend> {
     written: Vec<PackJson>,
     handle: Handle,
     zstd: blob::Compressors,
-    /// The chunker's window, reused for every file: twice the largest chunk.
+    /// One zstd context per core, for batches hashed and compressed in parallel.
+    workers: Vec<blob::Compressors>,
+    /// The chunker's window, reused for every file: four times the largest chunk.
     cdc_buf: Vec<u8>,
     summary: Summary,
     errors: Vec<String>,
@@ -347,14 +379,14 @@ impl<B: Backend> Writer<B> {
         Ok(Some(tree))
     }
 
-    /// Content-defined chunks of a stream. The window holds twice the largest chunk: a
+    /// Content-defined chunks of a stream. The window holds four times the largest chunk: a
     /// cut is final once `max` bytes follow its start (or the input ended), so chunks are
     /// cut in place and only the unfinished tail moves, once per refill.
     fn save_cdc(&mut self, mut reader: impl Read) -> Result<(Vec<Content>, u64)> {
         let c = self.config.params.chunker;
         let max = c.max as usize;
         let mut buf = std::mem::take(&mut self.cdc_buf);
-        buf.resize(2 * max, 0);
+        buf.resize(4 * max, 0);
         let mut content = Vec::new();
         let (mut len, mut size, mut eof) = (0usize, 0u64, false);
         let result = loop {
@@ -367,19 +399,20 @@ impl<B: Backend> Writer<B> {
                 }
             }
             let mut start = 0;
+            let mut ranges = Vec::new();
             for chunk in fastcdc::v2020::FastCDC::new(&buf[..len], c.min, c.avg, c.max) {
                 if !eof && len - chunk.offset < max {
                     break;
                 }
-                let data = &buf[chunk.offset..chunk.offset + chunk.length];
-                match self.save_blob(BlobType::Data, data) {
-                    Ok(blob) => content.push(Content::Blob { blob }),
-                    Err(e) => {
-                        self.cdc_buf = buf;
-                        return Err(e);
-                    }
-                }
+                ranges.push((chunk.offset, chunk.length));
                 start = chunk.offset + chunk.length;
+            }
+            match self.save_data_chunks(&buf, &ranges) {
+                Ok(ids) => content.extend(ids.into_iter().map(|blob| Content::Blob { blob })),
+                Err(e) => {
+                    self.cdc_buf = buf;
+                    return Err(e);
+                }
             }
             size += start as u64;
             self.summary.bytes_read += start as u64;
@@ -396,12 +429,14 @@ impl<B: Backend> Writer<B> {
     /// Fixed chunks of a device or image; all-zero chunks become holes.
     fn save_fixed(&mut self, mut file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
         let block = self.config.params.block_size as usize;
-        let mut buf = vec![0u8; block];
+        // Several blocks per read, so that hashing and compressing have a batch to share.
+        let blocks_per_read = (PARALLEL_MIN / block).max(1) * 2;
+        let mut buf = vec![0u8; block * blocks_per_read];
         let mut content: Vec<Content> = Vec::new();
         let mut size = 0u64;
         loop {
             let mut filled = 0;
-            while filled < block {
+            while filled < buf.len() {
                 match file.read(&mut buf[filled..]) {
                     Ok(0) => break,
                     Ok(n) => filled += n,
@@ -409,26 +444,33 @@ impl<B: Backend> Writer<B> {
                     Err(e) => return Err(RepoError::io(path, e)),
                 }
             }
-            if filled == 0 {
-                break;
-            }
-            let chunk = &buf[..filled];
             size += filled as u64;
             self.summary.bytes_read += filled as u64;
-            if chunk.iter().all(|&b| b == 0) {
-                if let Some(Content::Zero { zero }) = content.last_mut() {
-                    *zero += filled as u64;
+            // (offset, len, is all zeros) per block; only the others are stored.
+            let blocks: Vec<(usize, usize, bool)> = (0..filled)
+                .step_by(block)
+                .map(|o| {
+                    let l = block.min(filled - o);
+                    (o, l, buf[o..o + l].iter().all(|&b| b == 0))
+                })
+                .collect();
+            let data: Vec<(usize, usize)> = blocks
+                .iter()
+                .filter(|b| !b.2)
+                .map(|&(o, l, _)| (o, l))
+                .collect();
+            let mut ids = self.save_data_chunks(&buf, &data)?.into_iter();
+            for (_, l, zero) in blocks {
+                if !zero {
+                    let blob = ids.next().expect("one ID per data block");
+                    content.push(Content::Blob { blob });
+                } else if let Some(Content::Zero { zero }) = content.last_mut() {
+                    *zero += l as u64;
                 } else {
-                    content.push(Content::Zero {
-                        zero: filled as u64,
-                    });
+                    content.push(Content::Zero { zero: l as u64 });
                 }
-            } else {
-                content.push(Content::Blob {
-                    blob: self.save_blob(BlobType::Data, chunk)?,
-                });
             }
-            if filled < block {
+            if filled < buf.len() {
                 break;
             }
         }
@@ -443,10 +485,54 @@ impl<B: Backend> Writer<B> {
     /// Stores a blob unless the repository or this backup has it already.
     fn save_blob(&mut self, kind: BlobType, raw: &[u8]) -> Result<Id> {
         let id = self.config.id_key.id(raw);
-        if self.repo.index.contains(&id) || !self.added.insert(id) {
+        if !self.is_new(&id) {
             return Ok(id);
         }
-        let (compression, compressed) = self.zstd.compress(kind, raw);
+        let compressed = self.zstd.compress(kind, raw);
+        self.add_stored(kind, id, raw, compressed)?;
+        Ok(id)
+    }
+
+    /// Whether a blob must be stored (and, if so, it now counts as added).
+    fn is_new(&mut self, id: &Id) -> bool {
+        !self.repo.index.contains(id) && self.added.insert(*id)
+    }
+
+    /// Data chunks `buf[offset..offset + len]`, in order. A batch of at least
+    /// `PARALLEL_MIN` bytes is hashed, then compressed, on every core; smaller ones (small
+    /// files) go one by one, without the threads and zstd contexts that would cost more.
+    fn save_data_chunks(&mut self, buf: &[u8], ranges: &[(usize, usize)]) -> Result<Vec<Id>> {
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        if ranges.len() < 2 || total < PARALLEL_MIN {
+            return ranges
+                .iter()
+                .map(|&(o, l)| self.save_blob(BlobType::Data, &buf[o..o + l]))
+                .collect();
+        }
+        let key = self.config.id_key_ref();
+        let mut zstd = std::mem::take(&mut self.workers);
+        let ids: Vec<Id> = par_map(ranges, &mut zstd, |_, &(o, l)| key.id(&buf[o..o + l]));
+        let fresh: Vec<usize> = (0..ids.len()).filter(|&i| self.is_new(&ids[i])).collect();
+        let compressed = par_map(&fresh, &mut zstd, |z, &i| {
+            let (o, l) = ranges[i];
+            z.compress(BlobType::Data, &buf[o..o + l])
+        });
+        self.workers = zstd;
+        for (&i, c) in fresh.iter().zip(compressed) {
+            let (o, l) = ranges[i];
+            self.add_stored(BlobType::Data, ids[i], &buf[o..o + l], c)?;
+        }
+        Ok(ids)
+    }
+
+    /// Appends a blob's stored form to the open pack of its type.
+    fn add_stored(
+        &mut self,
+        kind: BlobType,
+        id: Id,
+        raw: &[u8],
+        (compression, compressed): (blob::Compression, Option<Vec<u8>>),
+    ) -> Result<()> {
         let stored = compressed.as_deref().unwrap_or(raw);
         let raw_len = u32::try_from(raw.len()).expect("chunks are under 4 GiB");
         self.packs[kind as usize].add(kind, id, compression, stored, raw_len);
@@ -455,7 +541,7 @@ impl<B: Backend> Writer<B> {
         if self.packs[kind as usize].len() >= self.config.params.pack_size as usize {
             self.flush_pack(kind)?;
         }
-        Ok(id)
+        Ok(())
     }
 
     /// Closes the current pack and starts its upload; writes an index every
