@@ -429,8 +429,9 @@ impl<B: Backend> Writer<B> {
     /// Fixed chunks of a device or image; all-zero chunks become holes.
     fn save_fixed(&mut self, mut file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
         let block = self.config.params.block_size as usize;
-        // Several blocks per read, so that hashing and compressing have a batch to share.
-        let blocks_per_read = (PARALLEL_MIN / block).max(1) * 2;
+        // Several blocks per read (16 MiB), so that hashing and compressing have a batch
+        // worth sharing between threads.
+        let blocks_per_read = ((16 << 20) / block).max(1);
         let mut buf = vec![0u8; block * blocks_per_read];
         let mut content: Vec<Content> = Vec::new();
         let mut size = 0u64;
