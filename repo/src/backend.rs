@@ -72,6 +72,12 @@ pub trait Backend: Send + Sync + 'static {
     fn list(&self, ft: FileType) -> impl Future<Output = Result<Vec<(String, u64)>>> + Send;
     /// Deletes an object.
     fn delete(&self, ft: FileType, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// When an object was last written (seconds since the Unix epoch), if it exists.
+    fn modified(
+        &self,
+        ft: FileType,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
 }
 
 /// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
@@ -316,6 +322,30 @@ impl Backend for S3Backend {
             }
         }
         Ok(out)
+    }
+
+    async fn modified(&self, ft: FileType, name: &str) -> Result<Option<i64>> {
+        let key = self.key(ft, name);
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out
+                .last_modified()
+                .map(aws_sdk_s3::primitives::DateTime::secs)),
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(storage("HeadObject", &key, &e)),
+        }
     }
 
     async fn delete(&self, ft: FileType, name: &str) -> Result<()> {

@@ -103,6 +103,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
             .filter(|p| unused.contains(p))
             .copied()
             .collect();
+        let doomed = last_checks(repo, &indexes, doomed, now, grace).await?;
         report.rescued += mark.packs.len() - doomed.len();
         drop_from_index(repo, &mut indexes, &doomed).await?;
         for p in &doomed {
@@ -189,4 +190,40 @@ async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Res
         }
     }
     Ok(used)
+}
+
+/// Last checks, just before deleting: a pack listed by an index object written since this
+/// run read them, or written (again) within the grace period, is in use by a backup this
+/// run cannot see yet (a re-run of a killed backup rebuilds its unindexed packs byte for
+/// byte, under the same names). Returns the packs that may go.
+async fn last_checks<B: Backend>(
+    repo: &Repository<B>,
+    indexes: &BTreeMap<String, IndexJson>,
+    mut doomed: BTreeSet<Id>,
+    now: time::OffsetDateTime,
+    grace: Duration,
+) -> Result<BTreeSet<Id>> {
+    for (name, _) in repo.backend.list(FileType::Index).await? {
+        if !indexes.contains_key(&name) {
+            let bytes = repo.backend.get(FileType::Index, &name).await?;
+            let late: IndexJson = serde_json::from_slice(&bytes)
+                .map_err(|e| RepoError::corrupt(format!("index/{name}"), e))?;
+            for p in &late.packs {
+                doomed.remove(&p.id);
+            }
+        }
+    }
+    let now_secs = now.unix_timestamp();
+    let grace_secs = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+    let mut fresh_again = Vec::new();
+    for p in &doomed {
+        match repo.backend.modified(FileType::Pack, &p.to_hex()).await? {
+            Some(t) if now_secs.saturating_sub(t) < grace_secs => fresh_again.push(*p),
+            _ => {}
+        }
+    }
+    for p in fresh_again {
+        doomed.remove(&p);
+    }
+    Ok(doomed)
 }

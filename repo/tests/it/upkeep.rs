@@ -210,3 +210,40 @@ async fn check_read_data_names_the_file_behind_a_damaged_pack() {
     // Without --read-data the damage is invisible: the pack exists.
     assert!(check(&mut repo, false).await.unwrap().is_clean());
 }
+
+/// A killed backup's unindexed pack, marked long ago, is rebuilt under the same name by a
+/// re-run of that backup: prune must not delete it just because its mark is old.
+#[tokio::test(flavor = "multi_thread")]
+async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_period() {
+    use kura_repo::Backend as _;
+    let env = Env::start().await;
+    let mut repo = Repository::init(env.backend("regrow"), small_params())
+        .await
+        .unwrap();
+    let pack = kura_repo::Id([7; 32]);
+    repo.backend()
+        .put(
+            kura_repo::FileType::Pack,
+            &pack.to_hex(),
+            bytes::Bytes::from_static(b"rebuilt pack"),
+        )
+        .await
+        .unwrap();
+    let mark = serde_json::json!({ "time": "2026-01-01T00:00:00Z", "packs": [pack.to_hex()] });
+    repo.backend()
+        .put(
+            kura_repo::FileType::PruneMark,
+            &"ab".repeat(32),
+            bytes::Bytes::from(mark.to_string()),
+        )
+        .await
+        .unwrap();
+    let report = prune(&mut repo, Duration::from_hours(1)).await.unwrap();
+    assert_eq!((report.deleted, report.rescued), (0, 1), "{report:?}");
+    assert!(
+        repo.backend()
+            .exists(kura_repo::FileType::Pack, &pack.to_hex())
+            .await
+            .unwrap()
+    );
+}
