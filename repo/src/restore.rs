@@ -101,6 +101,18 @@ struct Restorer<'a, B: Backend> {
 impl<B: Backend> Restorer<'_, B> {
     async fn dir(&mut self, tree: &Id, dir: &Path, rel: &str) -> Result<()> {
         let tree = self.repo.read_tree(tree).await?;
+        // Names must be unique (FORMAT.md: sorted): a second entry with a symlink's name
+        // would otherwise be written through that symlink.
+        if tree
+            .nodes
+            .windows(2)
+            .any(|w| w[0].name().as_bytes() >= w[1].name().as_bytes())
+        {
+            return Err(RepoError::corrupt(
+                "tree",
+                format!("names in {rel:?} are not sorted and unique"),
+            ));
+        }
         for node in &tree.nodes {
             if !node.name_is_safe() {
                 return Err(RepoError::corrupt(
