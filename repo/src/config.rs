@@ -80,15 +80,14 @@ impl Config {
             && c.min <= c.avg
             && c.avg <= c.max;
         if !in_range {
-            return Err(RepoError::corrupt(
-                "parameters",
-                format!("chunker sizes {c:?} out of range"),
-            ));
+            return Err(RepoError::Invalid(format!(
+                "chunker sizes {c:?} out of range (min 64 B-1 MiB, avg 256 B-4 MiB, max 1 KiB-16 MiB, min <= avg <= max)"
+            )));
         }
         if params.block_size == 0 || params.pack_size < params.chunker.max {
-            return Err(RepoError::corrupt(
-                "parameters",
-                "block size 0, or pack size below the largest chunk",
+            return Err(RepoError::Invalid(
+                "the block size must be above 0 and the pack size at least the largest chunk"
+                    .into(),
             ));
         }
         let id = IdKey::generate()?.id(b"repository id").short();

@@ -21,6 +21,10 @@ pub enum RepoError {
         /// What was wrong with it.
         detail: String,
     },
+    /// A request that cannot be carried out as given (parameters out of range, an empty
+    /// retention policy).
+    #[error("{0}")]
+    Invalid(String),
     /// The repository was written by a format version this program does not read.
     #[error("unsupported repository version {0}")]
     Version(u32),

@@ -44,9 +44,8 @@ impl KeepPolicy {
 /// An empty policy (it would remove everything), or a snapshot time that does not parse.
 pub fn select(snaps: &[(Id, Snapshot)], policy: KeepPolicy) -> Result<(Vec<Id>, Vec<Id>)> {
     if policy.is_empty() {
-        return Err(RepoError::corrupt(
-            "policy",
-            "no --keep-* rule given: refusing to forget every snapshot",
+        return Err(RepoError::Invalid(
+            "no --keep-* rule given: refusing to forget every snapshot".into(),
         ));
     }
     let mut groups: Groups = BTreeMap::new();
