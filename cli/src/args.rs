@@ -29,6 +29,10 @@ pub enum Command {
     Restore(RestoreArgs),
     /// List the files of a snapshot.
     Ls(LsArgs),
+    /// What changed between two snapshots.
+    Diff(DiffArgs),
+    /// Sizes and counts of the repository.
+    Stats(StatsArgs),
     /// Check the repository; with --read-data, read and verify every blob.
     Check(CheckArgs),
     /// Delete snapshots by a retention policy (their data goes with `kura prune`).
@@ -46,6 +50,28 @@ pub struct LsArgs {
     /// Only this path (relative to the snapshot root) and what is below it.
     pub path: Option<String>,
     /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// The older snapshot (ID prefix or `latest`).
+    pub from: String,
+    /// The newer snapshot.
+    pub to: String,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         args::Command::Snapshots(args) => repo::snapshots::run(&args),
         args::Command::Restore(args) => repo::restore::run(&args),
         args::Command::Ls(args) => repo::ls::run(&args),
+        args::Command::Diff(args) => repo::diff::run(&args),
+        args::Command::Stats(args) => repo::stats::run(&args),
         args::Command::Check(args) => repo::check::run(&args),
         args::Command::Forget(args) => repo::forget::run(&args),
         args::Command::Prune(args) => repo::prune::run(&args),

@@ -97,6 +97,18 @@ impl Index {
         Ok(())
     }
 
+    /// (blobs, bytes before compression, bytes stored) over every known blob.
+    #[must_use]
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.blobs.values().fold((0, 0, 0), |(n, raw, stored), l| {
+            (
+                n + 1,
+                raw + u64::from(l.raw_length),
+                stored + u64::from(l.length),
+            )
+        })
+    }
+
     /// Every pack the index knows.
     #[must_use]
     pub fn packs(&self) -> std::collections::BTreeSet<Id> {

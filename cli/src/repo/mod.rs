@@ -1,15 +1,17 @@
-//! `kura init / backup / snapshots / restore / ls / check / forget / prune`: the
+//! `kura init / backup / snapshots / restore / ls / diff / stats / check / forget / prune`: the
 //! repository commands. One file per command; this file turns the common flags into a
 //! storage handle, through the gateway at --endpoint or one started in this process.
 
 pub mod backup;
 pub mod check;
+pub mod diff;
 pub mod forget;
 pub mod init;
 pub mod ls;
 pub mod prune;
 pub mod restore;
 pub mod snapshots;
+pub mod stats;
 
 use anyhow::{Context as _, Result};
 use kura_repo::{S3Backend, S3Location};

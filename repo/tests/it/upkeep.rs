@@ -247,3 +247,48 @@ async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_perio
             .unwrap()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn diff_lists_added_removed_and_changed_paths() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let root = src.path().join("app");
+    std::fs::create_dir_all(root.join("keep")).unwrap();
+    std::fs::write(root.join("keep/same.txt"), b"same").unwrap();
+    std::fs::write(root.join("edit.txt"), b"before").unwrap();
+    std::fs::write(root.join("gone.txt"), b"gone").unwrap();
+    let mut repo = Repository::init(env.backend("diff"), small_params())
+        .await
+        .unwrap();
+    let (_, one) = backup(&mut repo, Source::Paths(vec![root.clone()]), opts())
+        .await
+        .unwrap();
+    std::fs::write(root.join("edit.txt"), b"after!").unwrap();
+    std::fs::remove_file(root.join("gone.txt")).unwrap();
+    std::fs::create_dir_all(root.join("new")).unwrap();
+    std::fs::write(root.join("new/file.txt"), b"new").unwrap();
+    let (_, two) = backup(&mut repo, Source::Paths(vec![root.clone()]), opts())
+        .await
+        .unwrap();
+    let changes: Vec<(char, String)> = kura_repo::diff(&repo, &one.tree, &two.tree)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.kind, c.path))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ('M', "/app/edit.txt".to_string()),
+            ('-', "/app/gone.txt".to_string()),
+            ('+', "/app/new".to_string()),
+            ('+', "/app/new/file.txt".to_string()),
+        ]
+    );
+    assert!(
+        kura_repo::diff(&repo, &two.tree, &two.tree)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
