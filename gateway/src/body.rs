@@ -33,6 +33,14 @@ impl FailureSlot {
     pub(crate) fn take(&self) -> Option<S3Error> {
         self.0.lock().ok().and_then(|mut s| s.take())
     }
+
+    /// The outcome of the upstream call that consumed the body. The stream's own error
+    /// wins over the upstream's (which only saw a broken stream, e.g. after a bad digest or
+    /// a short body), and voids a call the upstream answered before the stream failed.
+    pub(crate) fn settle<T>(&self, result: s3s::S3Result<T>) -> s3s::S3Result<T> {
+        let out = result.map_err(|e| self.take().unwrap_or(e))?;
+        self.take().map_or(Ok(out), Err)
+    }
 }
 
 /// What the client promised about its body.

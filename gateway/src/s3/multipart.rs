@@ -116,13 +116,9 @@ pub(super) async fn upload_part(
         checksum_algorithm: None,
         ..input
     };
-    let out = match gw.upstream.s3().upload_part(request(up)).await {
-        Ok(out) => out.output,
-        Err(e) => return Err(failure.take().unwrap_or(e)),
-    };
-    if let Some(e) = failure.take() {
-        return Err(e);
-    }
+    let out = failure
+        .settle(gw.upstream.s3().upload_part(request(up)).await)?
+        .output;
     gw.metrics.bytes_in(plaintext_len);
     let output = UploadPartOutput {
         e_tag: out.e_tag.as_ref().map(etag::to_client),

@@ -195,14 +195,7 @@ pub(super) async fn put_object(
         gw.upstream.s3().put_object(request(up)).await
     };
     forget(gw, &bucket, &key).await;
-    let out = match result {
-        Ok(out) => out.output,
-        // The body stream failed on purpose (bad digest, short body): say why.
-        Err(e) => return Err(failure.take().unwrap_or(e)),
-    };
-    if let Some(e) = failure.take() {
-        return Err(e);
-    }
+    let out = failure.settle(result)?.output;
     gw.metrics.bytes_in(plaintext_len);
     let output = PutObjectOutput {
         e_tag: out.e_tag.as_ref().map(etag::to_client),
