@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 
 use crate::backend::{Backend, FileType};
 use crate::blob::{self, BlobType};
-use crate::config::{Config, now_rfc3339};
+use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{INDEX_EVERY, IndexJson, PackJson};
@@ -110,8 +110,6 @@ pub async fn backup<B: Backend>(
     let reader = repo.clone();
     let (id, snap, written) = tokio::task::spawn_blocking(move || {
         let mut w = Writer {
-            backend: reader.backend.clone(),
-            config: reader.config.clone(),
             repo: reader,
             added: HashSet::new(),
             packs: [PackWriter::default(), PackWriter::default()],
@@ -150,11 +148,12 @@ pub async fn backup<B: Backend>(
             program: format!("kura {}", env!("CARGO_PKG_VERSION")),
         };
         let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
-        let id = w.config.id_key.id(&bytes);
-        handle.block_on(
-            w.backend
-                .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes)),
-        )?;
+        let id = w.repo.config.id_key.id(&bytes);
+        handle.block_on(w.repo.backend.put(
+            FileType::Snapshot,
+            &id.to_hex(),
+            Bytes::from(bytes),
+        ))?;
         Ok::<_, RepoError>((id, snap, w.written))
     })
     .await
@@ -169,8 +168,6 @@ pub async fn backup<B: Backend>(
 
 struct Writer<B: Backend> {
     repo: Repository<B>,
-    backend: Arc<B>,
-    config: Arc<Config>,
     added: HashSet<Id>,
     /// One pack being filled per blob type: trees are kept apart from data so that a
     /// damaged data pack never hides which files it held.
@@ -383,7 +380,7 @@ impl<B: Backend> Writer<B> {
     /// cut is final once `max` bytes follow its start (or the input ended), so chunks are
     /// cut in place and only the unfinished tail moves, once per refill.
     fn save_cdc(&mut self, mut reader: impl Read) -> Result<(Vec<Content>, u64)> {
-        let c = self.config.params.chunker;
+        let c = self.repo.config.params.chunker;
         let max = c.max as usize;
         let mut buf = std::mem::take(&mut self.cdc_buf);
         buf.resize(4 * max, 0);
@@ -428,7 +425,7 @@ impl<B: Backend> Writer<B> {
 
     /// Fixed chunks of a device or image; all-zero chunks become holes.
     fn save_fixed(&mut self, mut file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
-        let block = self.config.params.block_size as usize;
+        let block = self.repo.config.params.block_size as usize;
         // Several blocks per read (16 MiB), so that hashing and compressing have a batch
         // worth sharing between threads.
         let blocks_per_read = ((16 << 20) / block).max(1);
@@ -485,7 +482,7 @@ impl<B: Backend> Writer<B> {
 
     /// Stores a blob unless the repository or this backup has it already.
     fn save_blob(&mut self, kind: BlobType, raw: &[u8]) -> Result<Id> {
-        let id = self.config.id_key.id(raw);
+        let id = self.repo.config.id_key.id(raw);
         if !self.is_new(&id) {
             return Ok(id);
         }
@@ -510,7 +507,7 @@ impl<B: Backend> Writer<B> {
                 .map(|&(o, l)| self.save_blob(BlobType::Data, &buf[o..o + l]))
                 .collect();
         }
-        let key = self.config.id_key_ref();
+        let key = &self.repo.config.id_key;
         let mut zstd = std::mem::take(&mut self.workers);
         let ids: Vec<Id> = par_map(ranges, &mut zstd, |_, &(o, l)| key.id(&buf[o..o + l]));
         let fresh: Vec<usize> = (0..ids.len()).filter(|&i| self.is_new(&ids[i])).collect();
@@ -539,7 +536,7 @@ impl<B: Backend> Writer<B> {
         self.packs[kind as usize].add(kind, id, compression, stored, raw_len);
         self.summary.blobs_added += 1;
         self.summary.bytes_added += raw.len() as u64;
-        if self.packs[kind as usize].len() >= self.config.params.pack_size as usize {
+        if self.packs[kind as usize].len() >= self.repo.config.params.pack_size as usize {
             self.flush_pack(kind)?;
         }
         Ok(())
@@ -552,14 +549,14 @@ impl<B: Backend> Writer<B> {
             return Ok(());
         }
         let (id, bytes, entries) =
-            std::mem::take(&mut self.packs[kind as usize]).finish(&self.config.id_key);
+            std::mem::take(&mut self.packs[kind as usize]).finish(&self.repo.config.id_key);
         self.summary.bytes_stored += bytes.len() as u64;
         self.unindexed.push(PackJson::new(id, &entries));
         let permit = self
             .handle
             .block_on(self.permits.clone().acquire_owned())
             .expect("the semaphore is never closed");
-        let backend = self.backend.clone();
+        let backend = self.repo.backend.clone();
         self.uploads.spawn_on(
             async move {
                 let r = backend
@@ -592,8 +589,8 @@ impl<B: Backend> Writer<B> {
             packs: std::mem::take(&mut self.unindexed),
         };
         let bytes = serde_json::to_vec(&index).expect("index serializes");
-        let id = self.config.id_key.id(&bytes);
-        self.handle.block_on(self.backend.put(
+        let id = self.repo.config.id_key.id(&bytes);
+        self.handle.block_on(self.repo.backend.put(
             FileType::Index,
             &id.to_hex(),
             Bytes::from(bytes),

@@ -131,13 +131,6 @@ impl Config {
     }
 }
 
-impl Config {
-    /// The ID key, for hashing on other threads.
-    pub(crate) fn id_key_ref(&self) -> &IdKey {
-        &self.id_key
-    }
-}
-
 pub(crate) fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)

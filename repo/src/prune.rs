@@ -50,17 +50,10 @@ struct Mark {
 /// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
 pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Result<PruneReport> {
     let mut report = PruneReport::default();
-    let snaps = repo.snapshots_then_index().await?;
+    // Every index object, kept raw: a blob may be in several packs (two backups stored it
+    // at once), and a pack holding any used blob is kept.
+    let (snaps, mut indexes) = repo.snapshots_then_index_objects().await?;
     let used = used_blobs(repo, snaps.into_iter().map(|(_, s)| s.tree).collect()).await?;
-    // Every index object, raw: a blob may be in several packs (two backups stored it at
-    // once), and a pack holding any used blob is kept.
-    let mut indexes: BTreeMap<String, IndexJson> = BTreeMap::new();
-    for (name, _) in repo.backend.list(FileType::Index).await? {
-        let bytes = repo.backend.get(FileType::Index, &name).await?;
-        let json = serde_json::from_slice(&bytes)
-            .map_err(|e| RepoError::corrupt(format!("index/{name}"), e))?;
-        indexes.insert(name, json);
-    }
     let mut needed: HashSet<Id> = HashSet::new();
     for idx in indexes.values() {
         for p in &idx.packs {

@@ -1,6 +1,7 @@
 //! An opened repository: a `Repository` exists only once its config has been read and its
 //! index loaded, so nothing can write blobs into a repository it has not checked.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -83,13 +84,23 @@ impl<B: Backend> Repository<B> {
     /// # Errors
     /// As [`Repository::snapshots`] and [`Repository::open`].
     pub async fn snapshots_then_index(&mut self) -> Result<Vec<(Id, Snapshot)>> {
-        let snaps = self.snapshots().await?;
-        self.load_index().await?;
-        Ok(snaps)
+        Ok(self.snapshots_then_index_objects().await?.0)
     }
 
-    async fn load_index(&mut self) -> Result<()> {
+    /// As [`Repository::snapshots_then_index`], also returning the index objects read, by
+    /// name (prune needs every location of a blob, which the index keeps one of).
+    pub(crate) async fn snapshots_then_index_objects(
+        &mut self,
+    ) -> Result<(Vec<(Id, Snapshot)>, BTreeMap<String, IndexJson>)> {
+        let snaps = self.snapshots().await?;
+        let objects = self.load_index().await?;
+        Ok((snaps, objects))
+    }
+
+    /// Reads every index object (each checked against its name) and makes them the index.
+    async fn load_index(&mut self) -> Result<BTreeMap<String, IndexJson>> {
         let mut index = Index::default();
+        let mut objects = BTreeMap::new();
         for (name, _) in self.backend.list(FileType::Index).await? {
             let what = format!("index/{name}");
             let bytes = self.backend.get(FileType::Index, &name).await?;
@@ -101,9 +112,10 @@ impl<B: Backend> Repository<B> {
             for pack in &json.packs {
                 index.add_pack(pack, &what)?;
             }
+            objects.insert(name, json);
         }
         self.index = Arc::new(index);
-        Ok(())
+        Ok(objects)
     }
 
     /// The configuration.

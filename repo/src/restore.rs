@@ -66,7 +66,6 @@ pub async fn write_content<B: Backend>(
     out: &mut impl Write,
 ) -> Result<u64> {
     let mut written = 0u64;
-    let zeros = vec![0u8; 1 << 16];
     let mut fetched = fetch_ahead(repo, node);
     while let Some(item) = fetched.next().await {
         match item? {
@@ -76,13 +75,7 @@ pub async fn write_content<B: Backend>(
                 written += data.len() as u64;
             }
             (zero, None) => {
-                let mut left = zero;
-                while left > 0 {
-                    let n = usize::try_from(left).map_or(zeros.len(), |l| l.min(zeros.len()));
-                    out.write_all(&zeros[..n])
-                        .map_err(|e| RepoError::io(Path::new("-"), e))?;
-                    left -= n as u64;
-                }
+                write_zeros(out, zero).map_err(|e| RepoError::io(Path::new("-"), e))?;
                 written += zero;
             }
         }
@@ -206,6 +199,18 @@ fn fetch_ahead<'a, B: Backend>(
         .buffered(FETCH_AHEAD)
 }
 
+/// Writes `n` zeros: a hole's bytes where the target cannot have holes.
+fn write_zeros(out: &mut impl Write, n: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut left = n;
+    while left > 0 {
+        let len = usize::try_from(left).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        out.write_all(&ZEROS[..len])?;
+        left -= len as u64;
+    }
+    Ok(())
+}
+
 /// How a restore treats the zero stretches a backup did not store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holes {
@@ -223,7 +228,6 @@ async fn write_file<B: Backend>(
     path: &Path,
     holes: Holes,
 ) -> Result<u64> {
-    let zeros = vec![0u8; 1 << 20];
     let mut pos = 0u64;
     let mut fetched = fetch_ahead(repo, node);
     while let Some(item) = fetched.next().await {
@@ -233,13 +237,7 @@ async fn write_file<B: Backend>(
                 pos += data.len() as u64;
             }
             (zero, None) if holes == Holes::WriteZeros => {
-                let mut left = zero;
-                while left > 0 {
-                    let n = usize::try_from(left).map_or(zeros.len(), |l| l.min(zeros.len()));
-                    f.write_all(&zeros[..n])
-                        .map_err(|e| RepoError::io(path, e))?;
-                    left -= n as u64;
-                }
+                write_zeros(f, zero).map_err(|e| RepoError::io(path, e))?;
                 pos += zero;
             }
             (zero, None) => {
