@@ -269,8 +269,15 @@ impl<B: Backend> Writer<B> {
         };
         let mut node = node_from_meta(meta, kind);
         node.set_name(name);
+        let unchanged = kind == NodeType::File && self.unchanged(&node, meta, before);
+        if unchanged {
+            // Setting an xattr changes ctime, so the parent's list still holds.
+            node.xattrs = before.and_then(|b| b.xattrs.clone());
+        } else {
+            node.xattrs = self.xattrs(path);
+        }
         match kind {
-            NodeType::File if self.unchanged(&node, meta, before) => {
+            NodeType::File if unchanged => {
                 let before = before.expect("unchanged has a parent node");
                 node.size = before.size;
                 node.content.clone_from(&before.content);
@@ -319,6 +326,31 @@ impl<B: Backend> Writer<B> {
             NodeType::Fifo | NodeType::Socket => {}
         }
         Ok(Some(node))
+    }
+
+    /// The xattrs of `path` for its node (`None` when it has none); a failure to read them,
+    /// or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
+    fn xattrs(&mut self, path: &Path) -> Option<Vec<(String, String)>> {
+        let attrs = match crate::fsmeta::read_xattrs(path) {
+            Ok(a) => a,
+            Err(e) => {
+                self.errors
+                    .push(format!("{}: extended attributes: {e}", path.display()));
+                return None;
+            }
+        };
+        let mut out = Vec::with_capacity(attrs.len());
+        for (name, value) in attrs {
+            match String::from_utf8(name) {
+                Ok(name) => out.push((name, hex::encode(value))),
+                Err(e) => self.errors.push(format!(
+                    "{}: extended attribute name {:?} is not UTF-8",
+                    path.display(),
+                    String::from_utf8_lossy(e.as_bytes())
+                )),
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// Whether a file can keep its parent's content without being read: same size, mtime,

@@ -19,6 +19,7 @@ pub mod config;
 pub mod diff;
 pub mod error;
 pub mod forget;
+pub mod fsmeta;
 pub mod id;
 pub mod index;
 pub mod pack;

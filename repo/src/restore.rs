@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek as _, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt as _;
@@ -30,8 +29,13 @@ pub struct RestoreSummary {
     pub symlinks: u64,
     /// Bytes written.
     pub bytes: u64,
-    /// Entries not restored (device nodes, FIFOs and sockets, for now), by path.
+    /// Device nodes, FIFOs and sockets created.
+    pub special: u64,
+    /// Entries that could not be created (device nodes without privileges), with why.
     pub skipped: Vec<String>,
+    /// Metadata that could not be applied (xattrs, times, modes), as `path: what`; owners
+    /// that need privileges are not listed.
+    pub metadata_failed: Vec<String>,
 }
 
 /// Restores the tree `root` under `target` (created if missing). Entries whose path (from
@@ -94,25 +98,15 @@ struct Restorer<'a, B: Backend> {
 impl<B: Backend> Restorer<'_, B> {
     async fn dir(&mut self, tree: &Id, dir: &Path, rel: &str) -> Result<()> {
         let tree = self.repo.read_tree(tree).await?;
-        // Names must be unique (FORMAT.md: sorted): a second entry with a symlink's name
-        // would otherwise be written through that symlink.
-        if tree
-            .nodes
-            .windows(2)
-            .any(|w| w[0].name().as_bytes() >= w[1].name().as_bytes())
-        {
-            return Err(RepoError::corrupt(
-                "tree",
-                format!("names in {rel:?} are not sorted and unique"),
-            ));
-        }
+        tree.check_names()
+            .map_err(|why| RepoError::corrupt("tree", format!("{why} in {rel:?}")))?;
+        // Directories are recursed into after this directory's files are written, and get
+        // their metadata last (writing into a directory changes its mtime).
+        let mut subdirs = Vec::new();
+        let mut small = Vec::new();
+        let mut large = Vec::new();
+        let mut links = Vec::new();
         for node in &tree.nodes {
-            if !node.name_is_safe() {
-                return Err(RepoError::corrupt(
-                    "tree",
-                    format!("unsafe name {} in {rel:?}", node.name().display()),
-                ));
-            }
             let name = node.name();
             let path = dir.join(&name);
             let rel = if rel.is_empty() {
@@ -132,12 +126,23 @@ impl<B: Backend> Restorer<'_, B> {
                 Some(NodeType::Dir) => {
                     std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
                     self.summary.dirs += 1;
-                    if let Some(sub) = &node.subtree {
-                        Box::pin(self.dir(sub, &path, &rel)).await?;
-                    }
-                    set_meta(&path, node, true);
+                    subdirs.push((node, path, rel));
                 }
-                Some(NodeType::File) => self.file(node, &path).await?,
+                Some(NodeType::File) => {
+                    if node.links > 1 {
+                        let key = (node.dev, node.inode);
+                        if let Some(first) = self.links.get(&key) {
+                            links.push((first.clone(), path));
+                            continue;
+                        }
+                        self.links.insert(key, path.clone());
+                    }
+                    if node.content.as_ref().is_some_and(|c| c.len() > 1) {
+                        large.push((node, path, rel));
+                    } else {
+                        small.push((node, path, rel));
+                    }
+                }
                 Some(NodeType::Symlink) => {
                     let target = hex::decode(node.target_hex.as_deref().unwrap_or_default())
                         .map_err(|e| RepoError::corrupt("tree", e))?;
@@ -145,37 +150,80 @@ impl<B: Backend> Restorer<'_, B> {
                     std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &path)
                         .map_err(|e| RepoError::io(&path, e))?;
                     self.summary.symlinks += 1;
+                    self.apply_meta(&path, node, &rel);
                 }
-                _ => self.summary.skipped.push(rel),
+                Some(
+                    NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket,
+                ) => match crate::fsmeta::make_special(&path, node) {
+                    Ok(()) => {
+                        self.summary.special += 1;
+                        self.apply_meta(&path, node, &rel);
+                    }
+                    Err(e) => self.summary.skipped.push(format!("{rel}: {e}")),
+                },
+                None => self.summary.skipped.push(format!("{rel}: no type")),
             }
+        }
+
+        // Files of at most one chunk, several at once (each is one range GET, and a tree of
+        // small files would otherwise wait on one round trip per file); larger files one at
+        // a time, each with FETCH_AHEAD chunks in flight. Memory: (SMALL_FILES_AT_ONCE +
+        // FETCH_AHEAD) chunks at most.
+        let repo = self.repo;
+        let mut done = futures::stream::iter(small)
+            .map(|(node, path, rel)| async move {
+                let n = new_file(repo, node, &path).await?;
+                Ok::<_, RepoError>((n, node, path, rel))
+            })
+            .buffer_unordered(SMALL_FILES_AT_ONCE);
+        while let Some(item) = done.next().await {
+            let (n, node, path, rel) = item?;
+            self.file_done(n, node, &path, &rel);
+        }
+        drop(done);
+        for (node, path, rel) in large {
+            let n = new_file(repo, node, &path).await?;
+            self.file_done(n, node, &path, &rel);
+        }
+        for (first, path) in links {
+            let _ = std::fs::remove_file(&path);
+            std::fs::hard_link(&first, &path).map_err(|e| RepoError::io(&path, e))?;
+            self.summary.files += 1;
+        }
+        for (node, path, rel) in subdirs {
+            if let Some(sub) = &node.subtree {
+                Box::pin(self.dir(sub, &path, &rel)).await?;
+            }
+            self.apply_meta(&path, node, &rel);
         }
         Ok(())
     }
 
-    async fn file(&mut self, node: &Node, path: &Path) -> Result<()> {
-        if node.links > 1 {
-            if let Some(first) = self.links.get(&(node.dev, node.inode)) {
-                let _ = std::fs::remove_file(path);
-                std::fs::hard_link(first, path).map_err(|e| RepoError::io(path, e))?;
-                self.summary.files += 1;
-                return Ok(());
-            }
-            self.links
-                .insert((node.dev, node.inode), path.to_path_buf());
-        }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| RepoError::io(path, e))?;
-        let pos = write_file(self.repo, node, &mut f, path, Holes::Skip).await?;
-        self.summary.bytes += pos;
+    fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
+        self.summary.bytes += bytes;
         self.summary.files += 1;
-        drop(f);
-        set_meta(path, node, false);
-        Ok(())
+        self.apply_meta(path, node, rel);
     }
+
+    fn apply_meta(&mut self, path: &Path, node: &Node, rel: &str) {
+        for what in crate::fsmeta::apply(path, node) {
+            self.summary.metadata_failed.push(format!("{rel}: {what}"));
+        }
+    }
+}
+
+/// Files of at most one chunk restored at once.
+pub const SMALL_FILES_AT_ONCE: usize = 16;
+
+/// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
+async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| RepoError::io(path, e))?;
+    write_file(repo, node, &mut f, path, Holes::Skip).await
 }
 
 /// Blobs fetched at once while a file is restored: reads are range GETs through the
@@ -287,26 +335,4 @@ pub async fn restore_file<B: Backend>(
     let n = write_file(repo, node, &mut f, path, holes).await?;
     f.sync_all().map_err(|e| RepoError::io(path, e))?;
     Ok(n)
-}
-
-/// Mode, owner (when permitted) and modification time; failures are not fatal, as with
-/// `cp -p` run by a user who cannot chown.
-fn set_meta(path: &Path, node: &Node, is_dir: bool) {
-    // chown first (it clears set-ID bits), the time while the file is still writable, the
-    // mode last.
-    let _ = std::os::unix::fs::chown(path, Some(node.uid), Some(node.gid));
-    let secs = node.mtime.div_euclid(1_000_000_000);
-    let nanos = node.mtime.rem_euclid(1_000_000_000);
-    if let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
-        let f = if is_dir {
-            File::open(path)
-        } else {
-            OpenOptions::new().write(true).open(path)
-        };
-        if let Ok(f) = f {
-            let _ = f.set_modified(t);
-        }
-    }
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(node.mode));
 }

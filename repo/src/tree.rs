@@ -86,6 +86,9 @@ pub struct Node {
     /// Device number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdev: Option<u64>,
+    /// Extended attributes: `(name, hex(value))`, in the order the file system listed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattrs: Option<Vec<(String, String)>>,
 }
 
 impl Node {
@@ -133,9 +136,90 @@ impl Tree {
             .map(|i| &self.nodes[i])
     }
 
+    /// Checks what a restore relies on before it creates anything: every name is one a
+    /// restore may create, and names are sorted and unique (FORMAT.md 8.1). A second entry
+    /// with a symlink's name would otherwise be written through that symlink.
+    ///
+    /// # Errors
+    /// A description of the first offending name.
+    #[allow(
+        clippy::unnecessary_debug_formatting,
+        reason = "names come from the repository: quoted and escaped, never raw to a terminal"
+    )]
+    pub fn check_names(&self) -> std::result::Result<(), String> {
+        if let Some(bad) = self.nodes.iter().find(|n| !n.name_is_safe()) {
+            return Err(format!("unsafe name {:?}", bad.name()));
+        }
+        if let Some(w) = self
+            .nodes
+            .windows(2)
+            .find(|w| w[0].name().as_bytes() >= w[1].name().as_bytes())
+        {
+            return Err(format!(
+                "names not sorted and unique: {:?} before {:?}",
+                w[0].name(),
+                w[1].name()
+            ));
+        }
+        Ok(())
+    }
+
     /// Sorts the entries as FORMAT.md requires.
     pub fn sort(&mut self) {
         self.nodes
             .sort_by(|a, b| a.name().as_bytes().cmp(b.name().as_bytes()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(names: &[&[u8]]) -> Tree {
+        Tree {
+            nodes: names
+                .iter()
+                .map(|n| {
+                    let mut node = Node::default();
+                    node.set_name(OsStr::from_bytes(n));
+                    node
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn sorted_unique_safe_names_pass() {
+        assert_eq!(tree(&[b"a", b"b", b"b\xff", b"c"]).check_names(), Ok(()));
+        assert_eq!(tree(&[]).check_names(), Ok(()));
+    }
+
+    #[test]
+    fn a_repeated_name_is_refused() {
+        // The attack: a symlink "x" to elsewhere, then a file "x" written through it.
+        let err = tree(&[b"a", b"x", b"x"]).check_names().unwrap_err();
+        assert!(err.contains("sorted and unique"), "{err}");
+    }
+
+    #[test]
+    fn unsorted_names_are_refused() {
+        assert!(tree(&[b"b", b"a"]).check_names().is_err());
+    }
+
+    #[test]
+    fn names_that_escape_the_directory_are_refused() {
+        for bad in [&b".."[..], b".", b"", b"a/b", b"nul\0"] {
+            let err = tree(&[bad]).check_names().unwrap_err();
+            assert!(err.contains("unsafe name"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_names_round_trip_through_json() {
+        let t = tree(&[b"caf\xc3\xa9", b"bad\xffname"]);
+        let json = serde_json::to_string(&t).unwrap();
+        let back: Tree = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.nodes[0].name(), t.nodes[0].name());
+        assert_eq!(back.nodes[1].name().as_bytes(), b"bad\xffname");
     }
 }

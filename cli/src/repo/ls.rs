@@ -37,7 +37,11 @@ async fn list<B: Backend>(
                     Some(NodeType::Dir) => "d",
                     Some(NodeType::Symlink) => "l",
                     Some(NodeType::File) => "-",
-                    _ => "?",
+                    Some(NodeType::Chardev) => "c",
+                    Some(NodeType::Blockdev) => "b",
+                    Some(NodeType::Fifo) => "p",
+                    Some(NodeType::Socket) => "s",
+                    None => "?",
                 };
                 println!(
                     "{kind} {:o} {:>12} {path}",

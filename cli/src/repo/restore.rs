@@ -47,16 +47,27 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             .await
             .with_context(|| format!("restoring snapshot {}", id.short()))?;
         eprintln!(
-            "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} bytes",
+            "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} special files, {} bytes",
             id.short(),
             args.target.display(),
             s.files,
             s.dirs,
             s.symlinks,
+            s.special,
             s.bytes
         );
         for p in &s.skipped {
-            eprintln!("kura: not restored (device node, FIFO or socket): {p}");
+            eprintln!("kura: not restored: {p}");
+        }
+        for p in &s.metadata_failed {
+            eprintln!("kura: metadata not applied: {p}");
+        }
+        if !s.skipped.is_empty() || !s.metadata_failed.is_empty() {
+            bail!(
+                "{} entries not restored and {} metadata failures (listed above)",
+                s.skipped.len(),
+                s.metadata_failed.len()
+            );
         }
         Ok(())
     })
