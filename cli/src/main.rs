@@ -4,6 +4,7 @@
 mod args;
 mod gateway;
 mod keys;
+mod progress;
 mod repo;
 
 use std::process::ExitCode;

@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek as _, SeekFrom};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
@@ -228,7 +228,13 @@ impl<B: Backend> Writer<B> {
             Source::Block(path) => {
                 paths.push(path.display().to_string());
                 let meta = std::fs::metadata(&path).map_err(|e| RepoError::io(&path, e))?;
-                let file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
+                let mut file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
+                // A block device's metadata says 0 bytes; its end says how large it is.
+                let len = file
+                    .seek(SeekFrom::End(0))
+                    .and_then(|n| file.seek(SeekFrom::Start(0)).map(|_| n))
+                    .map_err(|e| RepoError::io(&path, e))?;
+                self.repo.progress.set_total(len);
                 let mut node = node_from_meta(&meta, NodeType::File);
                 node.set_name(path.file_name().unwrap_or(std::ffi::OsStr::new("device")));
                 let (content, size) = self.save_fixed(file, &path)?;
@@ -328,6 +334,12 @@ impl<B: Backend> Writer<B> {
         Ok(Some(node))
     }
 
+    /// Publishes the counters so far to the repository handle's progress.
+    fn report(&self) {
+        let s = &self.summary;
+        self.repo.progress.set(s.files, s.bytes_read, s.bytes_added);
+    }
+
     /// The xattrs of `path` for its node (`None` when it has none); a failure to read them,
     /// or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
     fn xattrs(&mut self, path: &Path) -> Option<Vec<(String, String)>> {
@@ -401,6 +413,7 @@ impl<B: Backend> Writer<B> {
                     if let Some(node) = self.save_node(&child, &name, &meta, before)? {
                         tree.nodes.push(node);
                     }
+                    self.report();
                 }
                 Err(e) => self.errors.push(format!("{}: {e}", child.display())),
             }
@@ -445,6 +458,7 @@ impl<B: Backend> Writer<B> {
             }
             size += start as u64;
             self.summary.bytes_read += start as u64;
+            self.report();
             buf.copy_within(start..len, 0);
             len -= start;
             if eof && len == 0 {
@@ -476,6 +490,7 @@ impl<B: Backend> Writer<B> {
             }
             size += filled as u64;
             self.summary.bytes_read += filled as u64;
+            self.report();
             // (offset, len, is all zeros) per block; only the others are stored.
             let blocks: Vec<(usize, usize, bool)> = (0..filled)
                 .step_by(block)

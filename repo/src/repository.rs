@@ -12,6 +12,7 @@ use crate::config::{Config, Params};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{Index, IndexJson};
+use crate::progress::Progress;
 use crate::snapshot::Snapshot;
 use crate::tree::Tree;
 
@@ -20,6 +21,7 @@ pub struct Repository<B: Backend> {
     pub(crate) backend: Arc<B>,
     pub(crate) config: Arc<Config>,
     pub(crate) index: Arc<Index>,
+    pub(crate) progress: Arc<Progress>,
 }
 
 /// A cheap copy sharing storage, config and the index as loaded: for work on another
@@ -30,6 +32,7 @@ impl<B: Backend> Clone for Repository<B> {
             backend: self.backend.clone(),
             config: self.config.clone(),
             index: self.index.clone(),
+            progress: self.progress.clone(),
         }
     }
 }
@@ -51,6 +54,7 @@ impl<B: Backend> Repository<B> {
             backend: Arc::new(backend),
             config: Arc::new(config),
             index: Arc::default(),
+            progress: Arc::default(),
         })
     }
 
@@ -72,6 +76,7 @@ impl<B: Backend> Repository<B> {
             backend: Arc::new(backend),
             config: Arc::new(config),
             index: Arc::default(),
+            progress: Arc::default(),
         };
         repo.load_index().await?;
         Ok(repo)
@@ -128,6 +133,13 @@ impl<B: Backend> Repository<B> {
     #[must_use]
     pub fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// Live counters of the backup or restore running on this handle (shared by its
+    /// clones), for display.
+    #[must_use]
+    pub fn progress(&self) -> &Arc<Progress> {
+        &self.progress
     }
 
     /// The storage.

@@ -202,6 +202,7 @@ impl<B: Backend> Restorer<'_, B> {
     fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
         self.summary.bytes += bytes;
         self.summary.files += 1;
+        self.repo.progress.add_file();
         self.apply_meta(path, node, rel);
     }
 
@@ -283,13 +284,16 @@ async fn write_file<B: Backend>(
             (_, Some(data)) => {
                 f.write_all(&data).map_err(|e| RepoError::io(path, e))?;
                 pos += data.len() as u64;
+                repo.progress.add_bytes(data.len() as u64);
             }
             (zero, None) if holes == Holes::WriteZeros => {
                 write_zeros(f, zero).map_err(|e| RepoError::io(path, e))?;
                 pos += zero;
+                repo.progress.add_bytes(zero);
             }
             (zero, None) => {
                 pos += zero;
+                repo.progress.add_bytes(zero);
                 f.seek(SeekFrom::Start(pos))
                     .map_err(|e| RepoError::io(path, e))?;
             }
@@ -332,6 +336,7 @@ pub async fn restore_file<B: Backend>(
     } else {
         Holes::Skip
     };
+    repo.progress.set_total(node.size.unwrap_or(0));
     let n = write_file(repo, node, &mut f, path, holes).await?;
     f.sync_all().map_err(|e| RepoError::io(path, e))?;
     Ok(n)

@@ -46,7 +46,10 @@ pub fn run(args: &BackupArgs) -> Result<()> {
             tags: args.tags.clone(),
             parent,
         };
-        let (id, snap) = kura_repo::backup(&mut repo, source, opts).await.context("backup failed")?;
+        let bar = crate::progress::start(repo.progress().clone(), "backup");
+        let result = kura_repo::backup(&mut repo, source, opts).await;
+        drop(bar);
+        let (id, snap) = result.context("backup failed")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "id": id.to_hex(), "snapshot": snap }))?);
         } else {

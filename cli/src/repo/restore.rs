@@ -10,6 +10,9 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
     super::runtime()?.block_on(async {
         let (repo, _conn) = super::open(&args.repo).await?;
         let (id, snap) = repo.find_snapshot(&args.snapshot).await?;
+        // Not for `-`: the content goes to stdout and the bar would share a terminal with it.
+        let bar = (args.target != Path::new("-"))
+            .then(|| crate::progress::start(repo.progress().clone(), "restore"));
         if args.target == Path::new("-") {
             let tree = repo.read_tree(&snap.tree).await?;
             let [node] = tree.nodes.as_slice() else {
@@ -36,6 +39,7 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                 );
             };
             let n = kura_repo::restore_file(&repo, node, &args.target).await?;
+            drop(bar);
             eprintln!(
                 "restored {n} bytes of snapshot {} onto {}",
                 id.short(),
@@ -46,6 +50,7 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
         let s = kura_repo::restore(&repo, &snap.tree, &args.target, args.include.as_deref())
             .await
             .with_context(|| format!("restoring snapshot {}", id.short()))?;
+        drop(bar);
         eprintln!(
             "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} special files, {} bytes",
             id.short(),

@@ -111,11 +111,16 @@ fn init_backup_snapshots_and_restore_through_a_gateway_process() {
     assert_eq!(list[0]["snapshot"]["tags"][0], "nightly");
 
     let dst = tempfile::tempdir().unwrap();
-    ok(&kura(
+    let restored = kura(
         &gw,
         &["restore", "latest", dst.path().to_str().unwrap()],
         None,
-    ));
+    );
+    ok(&restored);
+    // stderr is a pipe here: the summary line only, no progress bar drawing.
+    let err = String::from_utf8_lossy(&restored.stderr);
+    assert!(err.starts_with("restored snapshot"), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
     let name = src.path().file_name().unwrap();
     for f in ["etc/app/config.yaml", "etc/empty", "volume.bin"] {
         assert_eq!(
