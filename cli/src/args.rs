@@ -145,31 +145,40 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 /// the embedded default on --data-dir).
 #[derive(Args, Debug)]
 pub struct RepoArgs {
-    /// Repository location, `s3://BUCKET/PREFIX`.
+    /// Config file (TOML) with any of the settings below [default:
+    /// $XDG_CONFIG_HOME/kura/config.toml when it exists]; flags and environment win.
+    #[arg(long, env = "KURA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Repository location, `s3://BUCKET/PREFIX` (config: `repository`).
     #[arg(long, env = "KURA_REPOSITORY")]
-    pub repo: String,
-    /// URL of the kura gateway to store through.
+    pub repo: Option<String>,
+    /// URL of the kura gateway to store through (config: `endpoint`).
     #[arg(long, env = "KURA_ENDPOINT")]
     pub endpoint: Option<String>,
-    /// Gateway access key ID (the secret comes from `KURA_SECRET_ACCESS_KEY` only, so that
-    /// it never shows in a process list). Needed with --endpoint.
+    /// Gateway access key ID, needed with an endpoint (config: `access_key_id`). Its secret
+    /// comes from `KURA_SECRET_ACCESS_KEY` or the config file's `secret_access_key`,
+    /// `secret_access_key_file` or `secret_access_key_env`, never from a flag, so that it
+    /// never shows in a process list.
     #[arg(long, env = "KURA_ACCESS_KEY_ID")]
     pub access_key_id: Option<String>,
-    /// Without --endpoint: the upstream S3 service for an in-process gateway.
+    /// Without an endpoint: the upstream S3 service for an in-process gateway (config:
+    /// `upstream`).
     #[arg(long, conflicts_with = "endpoint")]
     pub upstream: Option<String>,
-    /// With --upstream: region to sign for [default: us-east-1].
-    #[arg(long, requires = "upstream")]
+    /// With an upstream: region to sign for [default: us-east-1] (config:
+    /// `upstream_region`).
+    #[arg(long)]
     pub upstream_region: Option<String>,
-    /// With --upstream: path-style requests.
-    #[arg(long, requires = "upstream")]
+    /// With an upstream: path-style requests (config: `path_style`).
+    #[arg(long)]
     pub path_style: bool,
-    /// Key file of the in-process gateway (required with --upstream).
+    /// Key file of the in-process gateway, required with an upstream (config: `key_file`).
     #[arg(long, env = "KURA_KEY_FILE", conflicts_with = "endpoint")]
     pub key_file: Option<PathBuf>,
-    /// Without --endpoint or --upstream: the embedded default's directory.
-    #[arg(long, env = "KURA_DATA_DIR", default_value = "kura-data")]
-    pub data_dir: PathBuf,
+    /// Without an endpoint or upstream: the embedded default's directory [default:
+    /// kura-data] (config: `data_dir`).
+    #[arg(long, env = "KURA_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -20,11 +20,11 @@ pub fn run(args: &InitArgs) -> Result<()> {
             .context("creating the bucket")?;
         let repo = Repository::init(conn.backend.clone(), params)
             .await
-            .with_context(|| format!("initializing {}", args.repo.repo))?;
+            .with_context(|| format!("initializing {}", conn.repository))?;
         println!(
             "created repository {} at {}",
             repo.config().id,
-            args.repo.repo
+            conn.repository
         );
         Ok(())
     })

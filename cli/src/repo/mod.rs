@@ -4,6 +4,7 @@
 
 pub mod backup;
 pub mod check;
+pub mod config;
 pub mod diff;
 pub mod forget;
 pub mod init;
@@ -22,47 +23,47 @@ use crate::args::{GatewayArgs, RepoArgs};
 /// (it serves until this value is dropped).
 pub struct Connection {
     pub backend: S3Backend,
+    /// `s3://BUCKET/PREFIX`, for messages.
+    pub repository: String,
     _gateway: Option<kura_gateway::server::Running>,
 }
 
-/// Connects as the flags say: --endpoint with its credentials, or an in-process gateway on
-/// loopback in front of --upstream (with --key-file) or the embedded default (--data-dir).
+/// Connects as flags, environment and config file say (see [`config`]): a running gateway,
+/// or one started in this process on loopback.
 pub async fn connect(args: &RepoArgs) -> Result<Connection> {
-    let (bucket, prefix) = S3Location::parse_repo(&args.repo)?;
-    if let Some(endpoint) = &args.endpoint {
-        let access_key = args
-            .access_key_id
-            .clone()
-            .context("--access-key-id (or KURA_ACCESS_KEY_ID) is required with --endpoint")?;
-        let secret_key = std::env::var("KURA_SECRET_ACCESS_KEY").context(
-            "KURA_SECRET_ACCESS_KEY is not set (the gateway secret for --access-key-id)",
-        )?;
-        let backend = S3Backend::new(&S3Location {
-            endpoint: endpoint.clone(),
-            bucket,
-            prefix,
+    let loc = config::resolve(args)?;
+    let (bucket, prefix) = S3Location::parse_repo(&loc.repository)?;
+    let (endpoint, access_key, secret_key, gateway) = match loc.target {
+        config::Target::Endpoint {
+            url,
             access_key,
-            secret_key,
-        });
-        return Ok(Connection {
-            backend,
-            _gateway: None,
-        });
-    }
-    let gateway_args = GatewayArgs {
-        upstream: args.upstream.clone(),
-        upstream_region: args.upstream_region.clone(),
-        path_style: args.path_style,
-        key_file: args.key_file.clone(),
-        data_dir: Some(args.data_dir.clone()),
-        ..GatewayArgs::default()
+            secret,
+        } => (url, access_key, secret.0.to_string(), None),
+        config::Target::Upstream {
+            url,
+            region,
+            path_style,
+            key_file,
+        } => {
+            let gateway = GatewayArgs {
+                upstream: Some(url),
+                upstream_region: region,
+                path_style,
+                key_file,
+                ..GatewayArgs::default()
+            };
+            start_gateway(&gateway).await?
+        }
+        config::Target::Embedded { data_dir } => {
+            let gateway = GatewayArgs {
+                data_dir: Some(data_dir),
+                ..GatewayArgs::default()
+            };
+            start_gateway(&gateway).await?
+        }
     };
-    let (config, access_key, secret_key) = crate::gateway::in_process(&gateway_args)?;
-    let running = kura_gateway::server::start(config)
-        .await
-        .context("starting the in-process gateway")?;
     let backend = S3Backend::new(&S3Location {
-        endpoint: format!("http://{}", running.addr),
+        endpoint,
         bucket,
         prefix,
         access_key,
@@ -70,16 +71,38 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
     });
     Ok(Connection {
         backend,
-        _gateway: Some(running),
+        repository: loc.repository,
+        _gateway: gateway,
     })
 }
 
-/// Connects and opens the repository at `--repo`, with the location in the error.
+/// Starts a gateway on a loopback port: its URL, the one-off credential and the handle.
+async fn start_gateway(
+    args: &GatewayArgs,
+) -> Result<(
+    String,
+    String,
+    String,
+    Option<kura_gateway::server::Running>,
+)> {
+    let (config, access_key, secret_key) = crate::gateway::in_process(args)?;
+    let running = kura_gateway::server::start(config)
+        .await
+        .context("starting the in-process gateway")?;
+    Ok((
+        format!("http://{}", running.addr),
+        access_key,
+        secret_key,
+        Some(running),
+    ))
+}
+
+/// Connects and opens the repository, with its location in the error.
 pub async fn open(args: &RepoArgs) -> Result<(kura_repo::Repository<S3Backend>, Connection)> {
     let conn = connect(args).await?;
     let repo = kura_repo::Repository::open(conn.backend.clone())
         .await
-        .with_context(|| format!("opening {}", args.repo))?;
+        .with_context(|| format!("opening {}", conn.repository))?;
     Ok((repo, conn))
 }
 

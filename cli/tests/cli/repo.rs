@@ -369,3 +369,50 @@ fn without_an_endpoint_the_embedded_default_runs_in_process() {
     }
     assert!(files >= 4, "config, packs, index, snapshot: {files}");
 }
+
+/// Everything the environment gave in the other tests, from a config file instead: the
+/// secret from a file (a mounted Kubernetes secret), nothing on the command line but
+/// `--config`; a flag still wins over the file.
+#[test]
+fn a_config_file_names_the_repository_endpoint_and_credential() {
+    let gw = gateway();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "repo-test-secret\n").unwrap();
+    let config = dir.path().join("kura.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository = \"s3://from-config/repo\"\nendpoint = \"http://127.0.0.1:{}\"\naccess_key_id = \"repo-test\"\nsecret_access_key_file = {:?}\n",
+            gw.port,
+            secret.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("KURA_REPOSITORY")
+            .env_remove("KURA_ENDPOINT")
+            .env_remove("KURA_ACCESS_KEY_ID")
+            .env_remove("KURA_SECRET_ACCESS_KEY")
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = ok(&run(&["init"]));
+    assert!(out.contains("s3://from-config/repo"), "{out}");
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    ok(&run(&["backup", src.path().to_str().unwrap()]));
+    let list = ok(&run(&["snapshots", "--json"]));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    // --repo on the command line wins: that repository does not exist.
+    let other = run(&["snapshots", "--repo", "s3://from-config/elsewhere"]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("s3://from-config/elsewhere"), "{err}");
+}
