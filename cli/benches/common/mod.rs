@@ -1,0 +1,79 @@
+//! What the repository benchmarks share: a `kura gateway` process on the embedded default,
+//! and commands run under `/usr/bin/time` for wall time and peak memory.
+
+#![allow(dead_code, reason = "each bench binary uses a different part")]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+pub const AK: &str = "bench";
+pub const SK: &str = "bench-secret-key";
+
+pub struct Run {
+    pub seconds: f64,
+    pub peak_kib: u64,
+}
+
+/// Runs `cmd` under `/usr/bin/time` and returns wall time and peak RSS; panics on failure.
+pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
+    let mut wrapped = Command::new("/usr/bin/time");
+    wrapped
+        .arg("-f")
+        .arg("PEAK %M")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(p) = stdin {
+        wrapped.stdin(std::fs::File::open(p).unwrap());
+    }
+    wrapped.stdout(Stdio::null()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let out = wrapped.output().unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} failed: {err}");
+    let peak_kib = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("PEAK "))
+        .next_back()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Run { seconds, peak_kib }
+}
+
+/// `kura gateway` on the embedded default in `dir`: (process, endpoint URL).
+pub fn start_gateway(kura: &Path, dir: &Path) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gateway = Command::new(kura)
+        .args([
+            "gateway",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir)
+        .env("KURA_ACCESS_KEY_ID", AK)
+        .env("KURA_SECRET_ACCESS_KEY", SK)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let endpoint = format!("http://127.0.0.1:{port}");
+    (gateway, endpoint)
+}
