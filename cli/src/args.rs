@@ -251,9 +251,10 @@ pub struct RestoreArgs {
     /// Target directory (created if missing); or, for a one-file snapshot (stdin,
     /// --block), an existing block device or file to write it onto, or `-` for stdout.
     pub target: PathBuf,
-    /// Restore only this path (relative to the snapshot root) and what is below it.
-    #[arg(long)]
-    pub include: Option<String>,
+    /// Restore only entries matching this glob (a path from the snapshot root, e.g.
+    /// `data/app`, `data/*.log`, `**/*.yaml`) and what is below them; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
 }
 
 /// `kura gateway`: every flag has a config-file key of the same name (with `_`), and a

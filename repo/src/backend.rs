@@ -189,12 +189,21 @@ where
 {
     use aws_sdk_s3::error::SdkError;
     let detail = match e {
-        SdkError::ServiceError(s) => format!(
-            "{} {} (HTTP {})",
-            s.err().code().unwrap_or("error"),
-            s.err().message().unwrap_or(""),
-            s.raw().status().as_u16()
-        ),
+        SdkError::ServiceError(s) => {
+            let code = s.err().code().unwrap_or("error");
+            let hint = match code {
+                "SignatureDoesNotMatch" | "InvalidAccessKeyId" => {
+                    ": the gateway refused the credentials (check the access key ID and KURA_SECRET_ACCESS_KEY)"
+                }
+                "AccessDenied" => ": this access key may not use this bucket",
+                _ => "",
+            };
+            format!(
+                "{code} {} (HTTP {}){hint}",
+                s.err().message().unwrap_or(""),
+                s.raw().status().as_u16()
+            )
+        }
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
             "cannot reach the gateway (wrong --endpoint, or it is not running?)".into()
         }

@@ -15,6 +15,7 @@ use futures::StreamExt as _;
 use crate::backend::Backend;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
+use crate::include::Include;
 use crate::repository::Repository;
 use crate::tree::{Content, Node, NodeType};
 
@@ -38,8 +39,8 @@ pub struct RestoreSummary {
     pub metadata_failed: Vec<String>,
 }
 
-/// Restores the tree `root` under `target` (created if missing). Entries whose path (from
-/// the snapshot root, `/`-separated) does not start with `include`, when given, are skipped.
+/// Restores the tree `root` under `target` (created if missing): the entries `include`
+/// selects, with the directories leading to them.
 ///
 /// # Errors
 /// Storage errors, blobs that fail verification, and local write errors.
@@ -47,16 +48,16 @@ pub async fn restore<B: Backend>(
     repo: &Repository<B>,
     root: &Id,
     target: &Path,
-    include: Option<&str>,
+    include: &Include,
 ) -> Result<RestoreSummary> {
     std::fs::create_dir_all(target).map_err(|e| RepoError::io(target, e))?;
     let mut r = Restorer {
         repo,
-        include: include.map(|s| s.trim_matches('/').to_string()),
+        include,
         links: HashMap::new(),
         summary: RestoreSummary::default(),
     };
-    r.dir(root, target, "").await?;
+    r.dir(root, target, "", false).await?;
     Ok(r.summary)
 }
 
@@ -89,14 +90,17 @@ pub async fn write_content<B: Backend>(
 
 struct Restorer<'a, B: Backend> {
     repo: &'a Repository<B>,
-    include: Option<String>,
+    include: &'a Include,
     /// (dev, inode) of multiply-linked files already restored, and where.
     links: HashMap<(u64, u64), PathBuf>,
     summary: RestoreSummary,
 }
 
 impl<B: Backend> Restorer<'_, B> {
-    async fn dir(&mut self, tree: &Id, dir: &Path, rel: &str) -> Result<()> {
+    /// Restores the entries of one directory: all of them when `inside` (the directory
+    /// itself was selected), else those `include` selects. Returns whether it wrote any.
+    async fn dir(&mut self, tree: &Id, dir: &Path, rel: &str, inside: bool) -> Result<bool> {
+        let mut wrote = false;
         let tree = self.repo.read_tree(tree).await?;
         tree.check_names()
             .map_err(|why| RepoError::corrupt("tree", format!("{why} in {rel:?}")))?;
@@ -114,20 +118,19 @@ impl<B: Backend> Restorer<'_, B> {
             } else {
                 format!("{rel}/{}", String::from_utf8_lossy(name.as_bytes()))
             };
-            let wanted = self.include.as_deref().is_none_or(|inc| {
-                rel == inc
-                    || rel.starts_with(&format!("{inc}/"))
-                    || inc.starts_with(&format!("{rel}/"))
-            });
-            if !wanted {
+            let matched = inside || self.include.matches(&rel);
+            if node.kind == Some(NodeType::Dir) {
+                if matched || self.include.may_contain(&rel) {
+                    subdirs.push((node, path, rel, matched));
+                }
                 continue;
             }
+            if !matched {
+                continue;
+            }
+            wrote = true;
             match node.kind {
-                Some(NodeType::Dir) => {
-                    std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
-                    self.summary.dirs += 1;
-                    subdirs.push((node, path, rel));
-                }
+                Some(NodeType::Dir) => unreachable!("directories are handled above"),
                 Some(NodeType::File) => {
                     if node.links > 1 {
                         let key = (node.dev, node.inode);
@@ -143,25 +146,7 @@ impl<B: Backend> Restorer<'_, B> {
                         small.push((node, path, rel));
                     }
                 }
-                Some(NodeType::Symlink) => {
-                    let target = hex::decode(node.target_hex.as_deref().unwrap_or_default())
-                        .map_err(|e| RepoError::corrupt("tree", e))?;
-                    let _ = std::fs::remove_file(&path);
-                    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &path)
-                        .map_err(|e| RepoError::io(&path, e))?;
-                    self.summary.symlinks += 1;
-                    self.apply_meta(&path, node, &rel);
-                }
-                Some(
-                    NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket,
-                ) => match crate::fsmeta::make_special(&path, node) {
-                    Ok(()) => {
-                        self.summary.special += 1;
-                        self.apply_meta(&path, node, &rel);
-                    }
-                    Err(e) => self.summary.skipped.push(format!("{rel}: {e}")),
-                },
-                None => self.summary.skipped.push(format!("{rel}: no type")),
+                _ => self.link_or_special(node, &path, &rel)?,
             }
         }
 
@@ -190,11 +175,48 @@ impl<B: Backend> Restorer<'_, B> {
             std::fs::hard_link(&first, &path).map_err(|e| RepoError::io(&path, e))?;
             self.summary.files += 1;
         }
-        for (node, path, rel) in subdirs {
-            if let Some(sub) = &node.subtree {
-                Box::pin(self.dir(sub, &path, &rel)).await?;
+        for (node, path, rel, matched) in subdirs {
+            // A directory entered only because a pattern may match below it is removed
+            // again when nothing did (unless it was there before).
+            let existed = path.is_dir();
+            std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
+            let below = match &node.subtree {
+                Some(sub) => Box::pin(self.dir(sub, &path, &rel, matched)).await?,
+                None => false,
+            };
+            if matched || below {
+                wrote = true;
+                self.summary.dirs += 1;
+                self.apply_meta(&path, node, &rel);
+            } else if !existed {
+                let _ = std::fs::remove_dir(&path);
             }
-            self.apply_meta(&path, node, &rel);
+        }
+        Ok(wrote)
+    }
+
+    /// A symlink, device node, FIFO or socket.
+    fn link_or_special(&mut self, node: &Node, path: &Path, rel: &str) -> Result<()> {
+        match node.kind {
+            Some(NodeType::Symlink) => {
+                let target = hex::decode(node.target_hex.as_deref().unwrap_or_default())
+                    .map_err(|e| RepoError::corrupt("tree", e))?;
+                let _ = std::fs::remove_file(path);
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), path)
+                    .map_err(|e| RepoError::io(path, e))?;
+                self.summary.symlinks += 1;
+                self.apply_meta(path, node, rel);
+            }
+            Some(NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket) => {
+                match crate::fsmeta::make_special(path, node) {
+                    Ok(()) => {
+                        self.summary.special += 1;
+                        self.apply_meta(path, node, rel);
+                    }
+                    Err(e) => self.summary.skipped.push(format!("{rel}: {e}")),
+                }
+            }
+            _ => self.summary.skipped.push(format!("{rel}: no type")),
         }
         Ok(())
     }

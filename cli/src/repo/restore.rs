@@ -47,7 +47,8 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             );
             return Ok(());
         }
-        let s = kura_repo::restore(&repo, &snap.tree, &args.target, args.include.as_deref())
+        let include = kura_repo::Include::new(&args.include)?;
+        let s = kura_repo::restore(&repo, &snap.tree, &args.target, &include)
             .await
             .with_context(|| format!("restoring snapshot {}", id.short()))?;
         drop(bar);

@@ -164,7 +164,7 @@ fn a_stream_goes_in_on_stdin_and_comes_out_on_stdout() {
 }
 
 #[test]
-fn a_wrong_endpoint_or_a_missing_repository_is_one_clear_line() {
+fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() {
     let gw = gateway();
     let missing = kura(&gw, &["snapshots"], None);
     assert!(!missing.status.success());
@@ -190,6 +190,24 @@ fn a_wrong_endpoint_or_a_missing_repository_is_one_clear_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot reach the gateway"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // The right gateway, the wrong secret.
+    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args([
+            "snapshots",
+            "--repo",
+            "s3://backups/cluster-a",
+            "--endpoint",
+        ])
+        .arg(format!("http://127.0.0.1:{}", gw.port))
+        .args(["--access-key-id", "repo-test"])
+        .env("KURA_SECRET_ACCESS_KEY", "not-the-secret")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("refused the credentials"), "{err}");
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _}
 use std::path::Path;
 
 use kura_repo::{
-    BackupOptions, Content, Node, Params, RepoError, Repository, Source, backup, restore,
+    BackupOptions, Content, Include, Node, Params, RepoError, Repository, Source, backup, restore,
 };
 
 use crate::harness::{Env, random};
@@ -189,7 +189,9 @@ async fn a_tree_with_every_file_type_comes_back_identical() {
     let (found, _) = repo.find_snapshot("latest").await.unwrap();
     assert_eq!(found, id);
     let out = tempfile::tempdir().unwrap();
-    let summary = restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
     assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
     assert!(
         summary.metadata_failed.is_empty(),
@@ -286,7 +288,9 @@ async fn an_image_with_zero_regions_is_stored_without_them_and_restored_sparse()
     assert!(zeros >= 13 * block as u64, "{zeros}");
 
     let out = tempfile::tempdir().unwrap();
-    restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
     let restored = out.path().join("disk.img");
     assert_eq!(std::fs::read(&restored).unwrap(), bytes);
     let allocated = std::fs::metadata(&restored).unwrap().blocks() * 512;
@@ -352,11 +356,79 @@ async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
         std::fs::write(&f, b).unwrap();
     }
     let out = tempfile::tempdir().unwrap();
-    let err = restore(&repo, &snap.tree, out.path(), None)
+    let err = restore(&repo, &snap.tree, out.path(), &Include::all())
         .await
         .unwrap_err();
     assert!(
         matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn include_globs_restore_only_matching_entries_and_their_directories() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    for (path, body) in [
+        ("etc/app/config.yaml", "a: 1"),
+        ("etc/app/notes.txt", "notes"),
+        ("etc/other.yaml", "b: 2"),
+        ("var/log/app.log", "log line"),
+        ("var/log/old/app.log", "old line"),
+        ("var/lib/db", "rows"),
+    ] {
+        let p = data.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    let mut repo = Repository::init(env.backend("include"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    let restored = |patterns: &[&str]| {
+        let repo = &repo;
+        let tree = snap.tree;
+        let patterns: Vec<String> = patterns.iter().map(|p| (*p).to_string()).collect();
+        async move {
+            let out = tempfile::tempdir().unwrap();
+            let include = Include::new(&patterns).unwrap();
+            restore(repo, &tree, out.path(), &include).await.unwrap();
+            let mut found: Vec<String> = listing(out.path()).into_iter().map(|e| e.rel).collect();
+            found.sort();
+            found
+        }
+    };
+    assert_eq!(
+        restored(&["**/*.yaml"]).await,
+        [
+            "data",
+            "data/etc",
+            "data/etc/app",
+            "data/etc/app/config.yaml",
+            "data/etc/other.yaml"
+        ]
+    );
+    // `*` stays within one directory.
+    assert_eq!(
+        restored(&["data/var/log/*.log"]).await,
+        ["data", "data/var", "data/var/log", "data/var/log/app.log"]
+    );
+    // A directory brings everything below it; patterns add up.
+    assert_eq!(
+        restored(&["/data/var/log/", "data/var/lib/db"]).await,
+        [
+            "data",
+            "data/var",
+            "data/var/lib",
+            "data/var/lib/db",
+            "data/var/log",
+            "data/var/log/app.log",
+            "data/var/log/old",
+            "data/var/log/old/app.log"
+        ]
+    );
+    assert!(restored(&["nothing/here"]).await.is_empty());
 }

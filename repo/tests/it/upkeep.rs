@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use kura_repo::{KeepPolicy, Repository, Source, backup, check, forget, prune, restore};
+use kura_repo::{Include, KeepPolicy, Repository, Source, backup, check, forget, prune, restore};
 
 use crate::backup_restore::{opts, small_params};
 use crate::harness::{Env, random};
@@ -41,7 +41,9 @@ async fn an_incremental_backup_reads_only_what_changed() {
     );
 
     let out = tempfile::tempdir().unwrap();
-    restore(&repo, &snap.tree, out.path(), None).await.unwrap();
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
     let name = src.path().file_name().unwrap();
     for f in ["a.bin", "b.bin", "c.bin"] {
         assert_eq!(
@@ -99,7 +101,9 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     let report = check(&mut repo, true).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     let out = tempfile::tempdir().unwrap();
-    restore(&repo, &kept.tree, out.path(), None).await.unwrap();
+    restore(&repo, &kept.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
     assert_eq!(
         std::fs::read(out.path().join("new.bin")).unwrap(),
         random(3 << 20, 2)
@@ -149,7 +153,9 @@ async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
     for (snap, dir) in [a, b, c].iter().zip(&dirs) {
         let s = repo.load_snapshot(snap).await.unwrap();
         let out = tempfile::tempdir().unwrap();
-        restore(&repo, &s.tree, out.path(), None).await.unwrap();
+        restore(&repo, &s.tree, out.path(), &Include::all())
+            .await
+            .unwrap();
         let name = dir.path().file_name().unwrap();
         for f in ["shared.bin", "own.bin"] {
             assert_eq!(
