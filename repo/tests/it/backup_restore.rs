@@ -300,6 +300,68 @@ async fn an_image_with_zero_regions_is_stored_without_them_and_restored_sparse()
     );
 }
 
+/// The scale: a 512 MiB image, mostly zeros, with data regions at unaligned
+/// offsets; default block size. Compared with the source in pieces, never whole in memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
+    use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+    const LEN: u64 = 512 << 20;
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let image = src.path().join("disk.img");
+    let mut f = std::fs::File::create(&image).unwrap();
+    f.set_len(LEN).unwrap();
+    let mut data = 0u64;
+    for i in 0..16u64 {
+        // 1 MiB + 4097 bytes at an odd offset in every 32 MiB stretch, the last at the end.
+        let at = if i == 15 {
+            LEN - (1 << 20)
+        } else {
+            i * (32 << 20) + 12_345 * i
+        };
+        let region = random((1 << 20) + 4097, 100 + i);
+        let region = &region[..usize::try_from((LEN - at).min(region.len() as u64)).unwrap()];
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(region).unwrap();
+        data += region.len() as u64;
+    }
+    drop(f);
+    let mut repo = Repository::init(env.backend("img512"), Params::default())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Block(image.clone()), opts())
+        .await
+        .unwrap();
+    assert_eq!(snap.summary.bytes_read, LEN);
+    // Each region touches at most three 1 MiB blocks.
+    assert!(
+        snap.summary.bytes_added <= 16 * 3 << 20,
+        "zeros were stored: {} bytes added for {data} data bytes",
+        snap.summary.bytes_added
+    );
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    let restored = out.path().join("disk.img");
+    let (mut a, mut b) = (
+        std::fs::File::open(&image).unwrap(),
+        std::fs::File::open(&restored).unwrap(),
+    );
+    assert_eq!(b.metadata().unwrap().len(), LEN);
+    let (mut x, mut y) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
+    for piece in 0..LEN / (8 << 20) {
+        a.read_exact(&mut x).unwrap();
+        b.read_exact(&mut y).unwrap();
+        assert!(x == y, "restored image differs in piece {piece}");
+    }
+    let allocated = b.metadata().unwrap().blocks() * 512;
+    assert!(
+        allocated < 64 << 20,
+        "restored image is not sparse ({allocated} bytes allocated)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_from_stdin_comes_back_to_a_writer() {
     let env = Env::start().await;
