@@ -434,3 +434,38 @@ fn a_config_file_names_the_repository_endpoint_and_credential() {
     let err = String::from_utf8_lossy(&other.stderr);
     assert!(err.contains("s3://from-config/elsewhere"), "{err}");
 }
+
+/// A path that cannot be read (here: gone by the time the backup looks; as root nothing
+/// else is unreadable) is reported, the rest is saved, the snapshot says it is incomplete
+/// and the exit status is non-zero.
+#[test]
+fn an_unreadable_path_makes_an_incomplete_snapshot_and_a_failing_exit() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    let gone = src.path().join("vanished");
+    let out = kura(
+        &gw,
+        &[
+            "backup",
+            src.path().to_str().unwrap(),
+            gone.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("vanished") && err.contains("incomplete"),
+        "{err}"
+    );
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let snap = &list[0]["snapshot"];
+    assert_eq!(snap["incomplete"], true);
+    assert!(snap["errors"][0].as_str().unwrap().contains("vanished"));
+    assert_eq!(snap["summary"]["files"], 3, "the readable files were saved");
+    let listed = ok(&kura(&gw, &["ls", "latest"], None));
+    assert!(listed.contains("volume.bin"), "{listed}");
+}
