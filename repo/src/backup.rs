@@ -113,6 +113,7 @@ pub async fn backup<B: Backend>(
             repo: reader,
             added: HashSet::new(),
             packs: [PackWriter::default(), PackWriter::default()],
+            buffers: Buffers::default(),
             uploads: JoinSet::new(),
             permits: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT)),
             unindexed: Vec::new(),
@@ -166,6 +167,30 @@ pub async fn backup<B: Backend>(
     Ok((id, snap))
 }
 
+/// Pack buffers handed back by finished uploads. A fresh 32 MiB allocation is mapped
+/// afresh and faults in (and the kernel zeroes) every page as the pack fills; reusing
+/// buffers cost 15-20% of the client's CPU in a profile of a first backup. At most
+/// `UPLOADS_IN_FLIGHT + 2` are kept: memory stays what the uploads in flight need.
+#[derive(Clone, Default)]
+struct Buffers(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+impl Buffers {
+    fn take(&self, capacity: usize) -> Vec<u8> {
+        let reused = self.0.lock().ok().and_then(|mut free| free.pop());
+        reused.unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Keeps `bytes`'s buffer when the upload has dropped every other reference to it.
+    fn give_back(&self, bytes: Bytes) {
+        if let Ok(buf) = bytes.try_into_mut()
+            && let Ok(mut free) = self.0.lock()
+            && free.len() < UPLOADS_IN_FLIGHT + 2
+        {
+            free.push(Vec::from(buf));
+        }
+    }
+}
+
 struct Writer<B: Backend> {
     repo: Repository<B>,
     added: HashSet<Id>,
@@ -174,6 +199,8 @@ struct Writer<B: Backend> {
     packs: [PackWriter; 2],
     uploads: JoinSet<Result<()>>,
     permits: Arc<Semaphore>,
+    /// Buffers of uploaded packs, for the next packs.
+    buffers: Buffers,
     unindexed: Vec<PackJson>,
     written: Vec<PackJson>,
     handle: Handle,
@@ -595,8 +622,9 @@ impl<B: Backend> Writer<B> {
         if self.packs[kind as usize].is_empty() {
             return Ok(());
         }
-        let (id, bytes, entries) =
-            std::mem::take(&mut self.packs[kind as usize]).finish(&self.repo.config.id_key);
+        let next = PackWriter::with_buffer(self.buffers.take(self.pack_capacity()));
+        let (id, bytes, entries) = std::mem::replace(&mut self.packs[kind as usize], next)
+            .finish(&self.repo.config.id_key);
         self.summary.bytes_stored += bytes.len() as u64;
         self.unindexed.push(PackJson::new(id, &entries));
         let permit = self
@@ -604,11 +632,14 @@ impl<B: Backend> Writer<B> {
             .block_on(self.permits.clone().acquire_owned())
             .expect("the semaphore is never closed");
         let backend = self.repo.backend.clone();
+        let buffers = self.buffers.clone();
         self.uploads.spawn_on(
             async move {
+                let bytes = Bytes::from(bytes);
                 let r = backend
-                    .put(FileType::Pack, &id.to_hex(), Bytes::from(bytes))
+                    .put(FileType::Pack, &id.to_hex(), bytes.clone())
                     .await;
+                buffers.give_back(bytes);
                 drop(permit);
                 r
             },
@@ -622,6 +653,12 @@ impl<B: Backend> Writer<B> {
             self.write_index()?;
         }
         Ok(())
+    }
+
+    /// A pack buffer's capacity: the pack size, one largest blob past it, and the header.
+    fn pack_capacity(&self) -> usize {
+        let p = &self.repo.config.params;
+        (p.pack_size as usize) + (p.chunker.max.max(p.block_size) as usize) + (64 << 10)
     }
 
     /// Waits for every pack upload, then writes one index object listing them.

@@ -52,6 +52,17 @@ pub struct PackWriter {
 }
 
 impl PackWriter {
+    /// A writer filling `buf` (cleared first): a buffer of an earlier pack, so that each
+    /// pack does not grow a fresh allocation page by page.
+    #[must_use]
+    pub fn with_buffer(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Self {
+            data: buf,
+            entries: Vec::new(),
+        }
+    }
+
     /// Bytes of blobs so far.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -1,13 +1,18 @@
 //! The embedded default's store: a local directory in s3s-fs's layout, called in-process.
 //!
 //! s3s-fs serves reads in 4 KiB pieces, each a blocking-pool round trip (about 80 MB/s
-//! here, `../shared/NOTES.md` section 7), which would make the embedded default's upstream
-//! the bottleneck. This wrapper answers GetObject itself from the same files with 1 MiB
-//! reads, and hands every other call to s3s-fs unchanged, but for one fix: s3s-fs answers
-//! HeadObject and DeleteObject of a key that names a directory (the key `a` when `a/b`
-//! exists) with 500 InternalError after reading the directory as a file; S3 answers 404
-//! and 204. rclone HEADs its destination path before every copy, so the 500s (retried by
-//! rclone and the gateway alike) cost it minutes.
+//! here, `../shared/NOTES.md` section 7), and hashes every stored byte with MD5; either
+//! would make the embedded default's upstream the bottleneck. This wrapper answers
+//! GetObject itself from the same files with 1 MiB reads, writes plain PutObjects itself
+//! (`local_put.rs`), and hands every other call to s3s-fs, with two fixes:
+//!
+//! - s3s-fs answers HeadObject and DeleteObject of a key that names a directory (the key
+//!   `a` when `a/b` exists) with 500 InternalError after reading the directory as a file;
+//!   S3 answers 404 and 204. rclone HEADs its destination path before every copy, so the
+//!   500s (retried by rclone and the gateway alike) cost it minutes.
+//! - s3s-fs leaves an object's sidecar files (attributes, ETag) behind when it deletes
+//!   the object; they are removed after the delete. (A PUT of the same key racing the
+//!   delete may lose its sidecars; the store is for one gateway on one machine.)
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -51,6 +56,13 @@ macro_rules! store {
                 }
             )*
 
+            async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+                if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
+                    return super::local_put::put(&self.root, req.input).await.map(S3Response::new);
+                }
+                self.fs.put_object(req).await
+            }
+
             async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
                 self.read(req).await
             }
@@ -66,15 +78,25 @@ macro_rules! store {
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
                 }
-                self.fs.delete_object(req).await
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                let out = self.fs.delete_object(req).await?;
+                super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
+                Ok(out)
+            }
+
+            async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+                let bucket = req.input.bucket.clone();
+                let out = self.fs.delete_objects(req).await?;
+                for key in out.output.deleted.iter().flatten().filter_map(|d| d.key.as_deref()) {
+                    super::local_put::remove_sidecars(&self.root, &bucket, key).await;
+                }
+                Ok(out)
             }
         }
     };
 }
 
 store! {
-    put_object: PutObjectInput => PutObjectOutput;
-    delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     list_objects: ListObjectsInput => ListObjectsOutput;
     list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
     copy_object: CopyObjectInput => CopyObjectOutput;

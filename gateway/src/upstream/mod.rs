@@ -15,6 +15,7 @@ use crate::config::UpstreamConfig;
 
 mod counted;
 mod local;
+mod local_put;
 
 pub use local::LocalDir;
 

@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use kura_gateway::config::UpstreamConfig;
+use kura_gateway::server::Running;
 use kura_keys::Keyring;
 
 use crate::harness::{AK, BUCKET, SK, client, data, gateway_config, start_upstream, status};
 
 /// rclone HEADs `tree` before copying into `tree/`; s3s-fs answered 500 (reading the
 /// directory as a file) and every retry of the gateway and rclone followed.
-#[tokio::test]
-async fn head_get_and_delete_of_a_key_naming_a_directory_answer_as_s3_does() {
+/// A gateway in front of a `LocalDir` on a temporary directory, its bucket created.
+async fn local_gateway() -> (tempfile::TempDir, Running, aws_sdk_s3::Client) {
     let dir = tempfile::tempdir().unwrap();
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
     // The S3 settings are replaced by the local store; the rest is the usual test config.
@@ -23,6 +24,125 @@ async fn head_get_and_delete_of_a_key_naming_a_directory_answer_as_s3_does() {
     let gateway = kura_gateway::server::start(config).await.unwrap();
     let s3 = client(gateway.addr, AK, SK);
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
+    (dir, gateway, s3)
+}
+
+/// Files in the store's root other than bucket directories: s3s-fs's sidecars, and any
+/// temporary file left behind.
+fn root_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// PutObject is written by `local_put.rs` in s3s-fs's layout: s3s-fs then serves HEAD,
+/// listings, copies and deletes of it, with the attributes and one ETag per write.
+#[tokio::test]
+async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {
+    let (dir, _gateway, s3) = local_gateway().await;
+    let body = data(300_000, 4);
+    let put = |key: &'static str, body: Vec<u8>| {
+        s3.put_object()
+            .bucket(BUCKET)
+            .key(key)
+            .content_type("application/x-test")
+            .metadata("owner", "kura")
+            .body(body.into())
+            .send()
+    };
+    let first = put("dir/obj", body.clone()).await.unwrap().e_tag.unwrap();
+    let head = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("dir/obj")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length, Some(300_000));
+    assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
+    assert_eq!(head.metadata.unwrap()["owner"], "kura");
+    assert_eq!(head.e_tag.as_deref(), Some(first.as_str()));
+    let list = s3.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+    let listed = &list.contents()[0];
+    assert_eq!(
+        (listed.key(), listed.size),
+        (Some("dir/obj"), Some(300_000))
+    );
+
+    // A second write of the same bytes is a new version: a new ETag.
+    let second = put("dir/obj", body.clone()).await.unwrap().e_tag.unwrap();
+    assert_ne!(first, second);
+    s3.copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/dir/obj"))
+        .send()
+        .await
+        .unwrap();
+    let copied = s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        copied.body.collect().await.unwrap().into_bytes().as_ref(),
+        body
+    );
+
+    // With a Content-MD5, s3s-fs writes the object as before.
+    let small = b"checked by md5".to_vec();
+    let md5 =
+        base64::engine::Engine::encode(&base64::engine::general_purpose::STANDARD, md5_of(&small));
+    s3.put_object()
+        .bucket(BUCKET)
+        .key("md5")
+        .content_md5(md5)
+        .body(small.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("md5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        small
+    );
+
+    for key in ["dir/obj", "copy", "md5"] {
+        s3.delete_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(
+        root_files(dir.path()).is_empty(),
+        "sidecars or temporary files left: {:?}",
+        root_files(dir.path())
+    );
+}
+
+fn md5_of(b: &[u8]) -> [u8; 16] {
+    use s3s::crypto::Checksum as _;
+    s3s::crypto::Md5::checksum(b)
+}
+
+#[tokio::test]
+async fn head_get_and_delete_of_a_key_naming_a_directory_answer_as_s3_does() {
+    let (_dir, _gateway, s3) = local_gateway().await;
     let body = data(70_000, 9);
     s3.put_object()
         .bucket(BUCKET)

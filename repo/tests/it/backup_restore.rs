@@ -309,8 +309,8 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     let image = src.path().join("disk.img");
-    let mut f = std::fs::File::create(&image).unwrap();
-    f.set_len(LEN).unwrap();
+    let mut file = std::fs::File::create(&image).unwrap();
+    file.set_len(LEN).unwrap();
     let mut data = 0u64;
     for i in 0..16u64 {
         // 1 MiB + 4097 bytes at an odd offset in every 32 MiB stretch, the last at the end.
@@ -321,11 +321,11 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
         };
         let region = random((1 << 20) + 4097, 100 + i);
         let region = &region[..usize::try_from((LEN - at).min(region.len() as u64)).unwrap()];
-        f.seek(SeekFrom::Start(at)).unwrap();
-        f.write_all(region).unwrap();
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(region).unwrap();
         data += region.len() as u64;
     }
-    drop(f);
+    drop(file);
     let mut repo = Repository::init(env.backend("img512"), Params::default())
         .await
         .unwrap();
@@ -335,7 +335,7 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
     assert_eq!(snap.summary.bytes_read, LEN);
     // Each region touches at most three 1 MiB blocks.
     assert!(
-        snap.summary.bytes_added <= 16 * 3 << 20,
+        snap.summary.bytes_added <= (16 * 3) << 20,
         "zeros were stored: {} bytes added for {data} data bytes",
         snap.summary.bytes_added
     );
@@ -344,18 +344,16 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
         .await
         .unwrap();
     let restored = out.path().join("disk.img");
-    let (mut a, mut b) = (
-        std::fs::File::open(&image).unwrap(),
-        std::fs::File::open(&restored).unwrap(),
-    );
-    assert_eq!(b.metadata().unwrap().len(), LEN);
-    let (mut x, mut y) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
+    let mut source = std::fs::File::open(&image).unwrap();
+    let mut copy = std::fs::File::open(&restored).unwrap();
+    assert_eq!(copy.metadata().unwrap().len(), LEN);
+    let (mut want, mut got) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
     for piece in 0..LEN / (8 << 20) {
-        a.read_exact(&mut x).unwrap();
-        b.read_exact(&mut y).unwrap();
-        assert!(x == y, "restored image differs in piece {piece}");
+        source.read_exact(&mut want).unwrap();
+        copy.read_exact(&mut got).unwrap();
+        assert!(want == got, "restored image differs in piece {piece}");
     }
-    let allocated = b.metadata().unwrap().blocks() * 512;
+    let allocated = copy.metadata().unwrap().blocks() * 512;
     assert!(
         allocated < 64 << 20,
         "restored image is not sparse ({allocated} bytes allocated)"
