@@ -301,12 +301,24 @@ impl Backend for S3Backend {
             .send()
             .await
             .map_err(|e| storage("GetObject", &key, &e))?;
-        let body = out
-            .body
-            .collect()
+        // Into one buffer of the expected size as the pieces arrive: one copy (collecting
+        // first and joining after is two).
+        let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut stream = out.body;
+        while let Some(piece) = stream
+            .try_next()
             .await
-            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?;
-        let body = body.into_bytes();
+            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?
+        {
+            if (body.len() + piece.len()) as u64 > len {
+                return Err(RepoError::corrupt(
+                    key,
+                    "range read returned too many bytes",
+                ));
+            }
+            body.extend_from_slice(&piece);
+        }
+        let body = Bytes::from(body);
         if body.len() as u64 != len {
             return Err(RepoError::corrupt(
                 key,

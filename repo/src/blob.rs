@@ -86,6 +86,20 @@ impl Compressors {
     }
 }
 
+/// The raw bytes of a stored blob read on its own: an uncompressed one is returned
+/// without a copy.
+pub(crate) fn decompress_owned(
+    what: &str,
+    compression: Compression,
+    stored: bytes::Bytes,
+    raw_len: usize,
+) -> Result<Vec<u8>> {
+    match compression {
+        Compression::None => Ok(Vec::from(stored)),
+        Compression::Zstd => decompress(what, compression, &stored, raw_len),
+    }
+}
+
 /// The raw bytes of a stored blob.
 pub(crate) fn decompress(
     what: &str,

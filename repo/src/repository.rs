@@ -167,11 +167,88 @@ impl<B: Backend> Repository<B> {
                 u64::from(loc.length),
             )
             .await?;
-        let raw = blob::decompress(&what, loc.compression, &stored, loc.raw_length as usize)?;
+        let raw = blob::decompress_owned(&what, loc.compression, stored, loc.raw_length as usize)?;
         if self.config.id_key.id(&raw) != *id {
             return Err(RepoError::corrupt(what, "content does not hash to its ID"));
         }
         Ok(raw)
+    }
+
+    /// Reads blobs that lie one after another in one pack (as [`Repository::run_of`]
+    /// groups them) with a single range GET, each checked against its ID. Uncompressed
+    /// blobs are slices of the one buffer read.
+    ///
+    /// # Errors
+    /// As `read_blob`; `Invalid` when the blobs are not one run.
+    pub async fn read_run(&self, ids: &[Id]) -> Result<Vec<Bytes>> {
+        let mut locs = Vec::with_capacity(ids.len());
+        for id in ids {
+            let loc = self
+                .index
+                .get(id)
+                .ok_or_else(|| RepoError::NotFound(format!("blob {}", id.short())))?;
+            locs.push(*loc);
+        }
+        let (Some(first), Some(last)) = (locs.first(), locs.last()) else {
+            return Ok(Vec::new());
+        };
+        let contiguous = locs
+            .windows(2)
+            .all(|w| w[1].pack == w[0].pack && w[1].offset == w[0].offset + u64::from(w[0].length));
+        if !contiguous {
+            return Err(RepoError::Invalid("blobs are not one run in a pack".into()));
+        }
+        let start = first.offset;
+        let span = last.offset + u64::from(last.length) - start;
+        let stored = self
+            .backend
+            .get_range(FileType::Pack, &first.pack.to_hex(), start, span)
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, loc) in ids.iter().zip(&locs) {
+            let what = format!("blob {} in pack {}", id.short(), loc.pack.short());
+            let at = usize::try_from(loc.offset - start).unwrap_or(usize::MAX);
+            let piece = stored.slice(at..at + loc.length as usize);
+            let raw = match loc.compression {
+                blob::Compression::None => piece,
+                blob::Compression::Zstd => Bytes::from(blob::decompress(
+                    &what,
+                    loc.compression,
+                    &piece,
+                    loc.raw_length as usize,
+                )?),
+            };
+            if self.config.id_key.id(&raw) != *id {
+                return Err(RepoError::corrupt(what, "content does not hash to its ID"));
+            }
+            out.push(raw);
+        }
+        Ok(out)
+    }
+
+    /// How many of `ids`, from the first, make one run for [`Repository::read_run`]: next to
+    /// each other in one pack and at most `max_span` bytes stored (always at least one).
+    #[must_use]
+    pub fn run_of(&self, ids: &[Id], max_span: u64) -> usize {
+        let Some(first) = ids.first().and_then(|id| self.index.get(id)) else {
+            return ids.len().min(1);
+        };
+        let mut end = first.offset + u64::from(first.length);
+        let mut n = 1;
+        for id in &ids[1..] {
+            match self.index.get(id) {
+                Some(l)
+                    if l.pack == first.pack
+                        && l.offset == end
+                        && end + u64::from(l.length) - first.offset <= max_span =>
+                {
+                    end += u64::from(l.length);
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        n
     }
 
     /// Reads a tree blob.

@@ -6,10 +6,13 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Seek as _, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use futures::StreamExt as _;
 
 use crate::backend::Backend;
@@ -152,8 +155,8 @@ impl<B: Backend> Restorer<'_, B> {
 
         // Files of at most one chunk, several at once (each is one range GET, and a tree of
         // small files would otherwise wait on one round trip per file); larger files one at
-        // a time, each with FETCH_AHEAD chunks in flight. Memory: (SMALL_FILES_AT_ONCE +
-        // FETCH_AHEAD) chunks at most.
+        // a time, with FETCH_AHEAD runs of chunks in flight. Memory: SMALL_FILES_AT_ONCE
+        // chunks plus FETCH_AHEAD * FETCH_SPAN bytes at most.
         let repo = self.repo;
         let mut done = futures::stream::iter(small)
             .map(|(node, path, rel)| async move {
@@ -240,34 +243,93 @@ pub const SMALL_FILES_AT_ONCE: usize = 16;
 
 /// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
 async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
-    let mut f = OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(path)
         .map_err(|e| RepoError::io(path, e))?;
-    write_file(repo, node, &mut f, path, Holes::Skip).await
+    write_file(repo, node, &f, path, Holes::Skip).await
 }
 
-/// Blobs fetched at once while a file is restored: reads are range GETs through the
-/// gateway, so overlapping them hides the round trips. Memory: this many chunks.
-pub const FETCH_AHEAD: usize = 8;
+/// Range GETs in flight while a file is restored: reads go through the gateway, so
+/// overlapping them hides the round trips.
+pub const FETCH_AHEAD: usize = 4;
 
-/// A file's content in order: `(0, Some(bytes))` for a chunk, `(n, None)` for `n` zeros;
-/// up to `FETCH_AHEAD` chunks are being fetched at any time.
-fn fetch_ahead<'a, B: Backend>(
-    repo: &'a Repository<B>,
-    node: &'a Node,
-) -> impl futures::Stream<Item = Result<(u64, Option<Vec<u8>>)>> + 'a {
+/// Chunks that lie next to each other in a pack (a file's chunks usually do) are read with
+/// one range GET of up to this many bytes: fewer requests for the gateway and the store.
+/// Memory: `FETCH_AHEAD` times this, at most.
+pub const FETCH_SPAN: u64 = 8 << 20;
+
+/// A spawned task that is cancelled when dropped (a failed restore stops its fetches).
+struct Task<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A file's content in order: `(0, Some(bytes))` for a chunk, `(n, None)` for `n` zeros.
+/// Runs of chunks are fetched by [`Repository::read_run`], up to `FETCH_AHEAD` at a time,
+/// each a task of its own so that responses keep streaming in while the caller writes.
+fn fetch_ahead<B: Backend>(
+    repo: &Repository<B>,
+    node: &Node,
+) -> impl futures::Stream<Item = Result<(u64, Option<Bytes>)>> + 'static {
     use futures::StreamExt as _;
-    futures::stream::iter(node.content.as_deref().unwrap_or_default())
-        .map(move |c| async move {
-            match c {
-                Content::Blob { blob } => repo.read_blob(blob).await.map(|d| (0, Some(d))),
-                Content::Zero { zero } => Ok((*zero, None)),
+    let repo = repo.clone();
+    let mut pieces = Vec::new();
+    let content = node.content.as_deref().unwrap_or_default();
+    let mut i = 0;
+    while i < content.len() {
+        match &content[i] {
+            Content::Zero { zero } => {
+                pieces.push(Err(*zero));
+                i += 1;
+            }
+            Content::Blob { .. } => {
+                let ids: Vec<Id> = content[i..]
+                    .iter()
+                    .map_while(|c| match c {
+                        Content::Blob { blob } => Some(*blob),
+                        Content::Zero { .. } => None,
+                    })
+                    .collect();
+                let n = repo.run_of(&ids, FETCH_SPAN);
+                pieces.push(Ok(ids[..n].to_vec()));
+                i += n;
+            }
+        }
+    }
+    futures::stream::iter(pieces)
+        .map(move |piece| {
+            let fetch = piece.map(|ids| {
+                let repo = repo.clone();
+                Task(tokio::spawn(async move { repo.read_run(&ids).await }))
+            });
+            async move {
+                match fetch {
+                    Ok(mut task) => match (&mut task.0).await {
+                        Ok(run) => run.map(|blobs| {
+                            blobs
+                                .into_iter()
+                                .map(|b| Ok((0, Some(b))))
+                                .collect::<Vec<_>>()
+                        }),
+                        Err(e) => Err(RepoError::Storage(format!("fetch task: {e}"))),
+                    },
+                    Err(zero) => Ok(vec![Ok((zero, None))]),
+                }
             }
         })
         .buffered(FETCH_AHEAD)
+        .flat_map(|run| {
+            futures::stream::iter(match run {
+                Ok(items) => items,
+                Err(e) => vec![Err(e)],
+            })
+        })
 }
 
 /// Writes `n` zeros: a hole's bytes where the target cannot have holes.
@@ -278,6 +340,18 @@ fn write_zeros(out: &mut impl Write, n: u64) -> std::io::Result<()> {
         let len = usize::try_from(left).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
         out.write_all(&ZEROS[..len])?;
         left -= len as u64;
+    }
+    Ok(())
+}
+
+/// Writes `n` zeros at offset `at`.
+fn write_zeros_at(file: &File, at: u64, n: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut done = 0;
+    while done < n {
+        let len = usize::try_from(n - done).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        file.write_all_at(&ZEROS[..len], at + done)?;
+        done += len as u64;
     }
     Ok(())
 }
@@ -295,35 +369,48 @@ pub enum Holes {
 async fn write_file<B: Backend>(
     repo: &Repository<B>,
     node: &Node,
-    f: &mut File,
+    f: &File,
     path: &Path,
     holes: Holes,
 ) -> Result<u64> {
+    // Writes run on the blocking pool, at their offsets, one at a time in order; the
+    // runtime thread stays free to receive the chunks being fetched meanwhile.
+    let file = Arc::new(f.try_clone().map_err(|e| RepoError::io(path, e))?);
+    let write_at = |at: u64, data: Option<Bytes>, zeros: u64| {
+        let file = file.clone();
+        let path = path.to_path_buf();
+        async move {
+            tokio::task::spawn_blocking(move || match data {
+                Some(d) => file.write_all_at(&d, at),
+                None => write_zeros_at(&file, at, zeros),
+            })
+            .await
+            .map_err(|e| RepoError::Storage(format!("write task: {e}")))?
+            .map_err(|e| RepoError::io(&path, e))
+        }
+    };
     let mut pos = 0u64;
     let mut fetched = fetch_ahead(repo, node);
     while let Some(item) = fetched.next().await {
         match item? {
             (_, Some(data)) => {
-                f.write_all(&data).map_err(|e| RepoError::io(path, e))?;
-                pos += data.len() as u64;
-                repo.progress.add_bytes(data.len() as u64);
-            }
-            (zero, None) if holes == Holes::WriteZeros => {
-                write_zeros(f, zero).map_err(|e| RepoError::io(path, e))?;
-                pos += zero;
-                repo.progress.add_bytes(zero);
+                let len = data.len() as u64;
+                write_at(pos, Some(data), 0).await?;
+                pos += len;
+                repo.progress.add_bytes(len);
             }
             (zero, None) => {
+                if holes == Holes::WriteZeros {
+                    write_at(pos, None, zero).await?;
+                }
                 pos += zero;
                 repo.progress.add_bytes(zero);
-                f.seek(SeekFrom::Start(pos))
-                    .map_err(|e| RepoError::io(path, e))?;
             }
         }
     }
     if holes == Holes::Skip {
         // A trailing hole needs the length set explicitly.
-        f.set_len(pos).map_err(|e| RepoError::io(path, e))?;
+        file.set_len(pos).map_err(|e| RepoError::io(path, e))?;
     }
     if node.size.is_some_and(|s| s != pos) {
         return Err(RepoError::corrupt(
@@ -347,7 +434,7 @@ pub async fn restore_file<B: Backend>(
 ) -> Result<u64> {
     use std::os::unix::fs::FileTypeExt as _;
     let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
-    let mut f = OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
         .create(!is_device)
         .truncate(!is_device)
@@ -359,7 +446,7 @@ pub async fn restore_file<B: Backend>(
         Holes::Skip
     };
     repo.progress.set_total(node.size.unwrap_or(0));
-    let n = write_file(repo, node, &mut f, path, holes).await?;
+    let n = write_file(repo, node, &f, path, holes).await?;
     f.sync_all().map_err(|e| RepoError::io(path, e))?;
     Ok(n)
 }
