@@ -192,7 +192,7 @@ pub struct InitArgs {
     #[arg(long, default_value_t = 1024)]
     pub block_kib: u32,
     /// Target pack size, in MiB.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 16)]
     pub pack_mib: u32,
 }
 

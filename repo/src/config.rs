@@ -39,7 +39,7 @@ impl Default for Params {
                 max: 4 << 20,
             },
             block_size: 1 << 20,
-            pack_size: 32 << 20,
+            pack_size: 16 << 20,
         }
     }
 }

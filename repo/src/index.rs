@@ -11,6 +11,10 @@ use crate::pack::{BlobLocation, Entry};
 
 /// `INDEX_EVERY`: packs per index object written during a backup.
 pub const INDEX_EVERY: usize = 16;
+/// `INDEX_BLOBS`: blobs after which an index object is written even before `INDEX_EVERY`
+/// packs (packs of small files hold thousands), so that no index object, nor the list a
+/// writer keeps for it, grows large.
+pub const INDEX_BLOBS: usize = 16_384;
 
 /// All known blobs.
 #[derive(Clone, Default)]

@@ -16,7 +16,11 @@ pub struct Run {
 }
 
 /// Runs `cmd` under `/usr/bin/time` and returns wall time and peak RSS; panics on failure.
+/// Starts with `sync`, so that every run begins without another run's dirty pages.
 pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
+    // Dirty pages left by the previous run would be written back during this one and
+    // charge it for the other tool's writes.
+    let _ = Command::new("sync").status();
     let mut wrapped = Command::new("/usr/bin/time");
     wrapped
         .arg("-f")

@@ -249,6 +249,12 @@ async fn a_second_backup_of_unchanged_data_adds_only_its_snapshot() {
     assert_eq!(two.summary.blobs_added, 0);
     assert_eq!(two.tree, one.tree, "same content, same tree");
     assert_eq!(fresh.snapshots().await.unwrap().len(), 2);
+    // The first handle saw its own backup's blobs: a third backup through it adds none.
+    let (_, three) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert_eq!(three.summary.blobs_added, 0);
+    assert_eq!(repo.index().len(), fresh.index().len());
 }
 
 #[tokio::test(flavor = "multi_thread")]
