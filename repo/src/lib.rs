@@ -17,6 +17,7 @@ pub mod blob;
 pub mod check;
 pub mod config;
 pub mod diff;
+pub mod direct;
 pub mod error;
 pub mod forget;
 pub mod fsmeta;

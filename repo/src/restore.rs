@@ -242,7 +242,14 @@ impl<B: Backend> Restorer<'_, B> {
 pub const SMALL_FILES_AT_ONCE: usize = 16;
 
 /// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
+/// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
+/// system allows it.
 async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
+    if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
+        && let Some(f) = crate::direct::create(path).map_err(|e| RepoError::io(path, e))?
+    {
+        return write_file_direct(repo, node, f, path).await;
+    }
     let f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -412,13 +419,48 @@ async fn write_file<B: Backend>(
         // A trailing hole needs the length set explicitly.
         file.set_len(pos).map_err(|e| RepoError::io(path, e))?;
     }
+    check_length(node, pos, path)?;
+    Ok(pos)
+}
+
+/// Restores one file node into a file opened for direct I/O, holes where whole blocks
+/// are zero.
+async fn write_file_direct<B: Backend>(
+    repo: &Repository<B>,
+    node: &Node,
+    f: File,
+    path: &Path,
+) -> Result<u64> {
+    let mut w = crate::direct::DirectWriter::new(f);
+    let mut pos = 0u64;
+    let mut fetched = fetch_ahead(repo, node);
+    while let Some(item) = fetched.next().await {
+        let n = match item? {
+            (_, Some(data)) => {
+                w.push(&data).await.map_err(|e| RepoError::io(path, e))?;
+                data.len() as u64
+            }
+            (zero, None) => {
+                w.zeros(zero).await.map_err(|e| RepoError::io(path, e))?;
+                zero
+            }
+        };
+        pos += n;
+        repo.progress.add_bytes(n);
+    }
+    w.finish(pos).await.map_err(|e| RepoError::io(path, e))?;
+    check_length(node, pos, path)?;
+    Ok(pos)
+}
+
+fn check_length(node: &Node, pos: u64, path: &Path) -> Result<()> {
     if node.size.is_some_and(|s| s != pos) {
         return Err(RepoError::corrupt(
             path.display().to_string(),
             "restored length differs from the snapshot",
         ));
     }
-    Ok(pos)
+    Ok(())
 }
 
 /// Restores a single file node onto `path`: a block device (written in place, zeros
