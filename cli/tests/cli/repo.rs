@@ -45,14 +45,20 @@ fn gateway() -> Gateway {
     }
 }
 
-fn kura(gw: &Gateway, args: &[&str], stdin: Option<&[u8]>) -> Output {
+/// `kura ARGS` with the repository and the gateway's credentials in the environment.
+fn command<S: AsRef<std::ffi::OsStr>>(gw: &Gateway, args: &[S]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
     cmd.args(args)
         .env("KURA_REPOSITORY", "s3://backups/cluster-a")
         .env("KURA_ENDPOINT", format!("http://127.0.0.1:{}", gw.port))
         .env("KURA_ACCESS_KEY_ID", "repo-test")
-        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
-        .stdin(Stdio::piped())
+        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret");
+    cmd
+}
+
+fn kura(gw: &Gateway, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = command(gw, args);
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -272,24 +278,14 @@ fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused()
     let src = tempfile::tempdir().unwrap();
     for i in 0..6u64 {
         // Incompressible, so that packs fill and the first index comes well before the end.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ i;
-        let data: Vec<u8> = (0..750_000)
-            .flat_map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state.to_le_bytes()
-            })
-            .collect();
-        std::fs::write(src.path().join(format!("part-{i}.bin")), data).unwrap();
+        std::fs::write(
+            src.path().join(format!("part-{i}.bin")),
+            noise(6_000_000, i),
+        )
+        .unwrap();
     }
     let index_dir = gw.dir.path().join("objects/backups/cluster-a/index");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args(["backup", src.path().to_str().unwrap()])
-        .env("KURA_REPOSITORY", "s3://backups/cluster-a")
-        .env("KURA_ENDPOINT", format!("http://127.0.0.1:{}", gw.port))
-        .env("KURA_ACCESS_KEY_ID", "repo-test")
-        .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
+    let mut child = command(&gw, &["backup", src.path().to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -468,4 +464,112 @@ fn an_unreadable_path_makes_an_incomplete_snapshot_and_a_failing_exit() {
     assert_eq!(snap["summary"]["files"], 3, "the readable files were saved");
     let listed = ok(&kura(&gw, &["ls", "latest"], None));
     assert!(listed.contains("volume.bin"), "{listed}");
+}
+
+/// One `kura backup` process per node, three at once, while `kura prune` runs beside them
+/// (marking only: its grace period protects what the backups are uploading); afterwards a
+/// prune past the grace deletes the garbage, the repository checks clean and every node's
+/// snapshot restores byte for byte.
+#[test]
+fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
+    // Garbage for prune: a snapshot with a unique file, then forgotten.
+    let old = tempfile::tempdir().unwrap();
+    std::fs::write(old.path().join("gone.bin"), noise(3 << 20, 99)).unwrap();
+    let old_path = old.path().to_str().unwrap();
+    ok(&kura(&gw, &["backup", "--host", "old", old_path], None));
+    std::fs::remove_file(old.path().join("gone.bin")).unwrap();
+    std::fs::write(old.path().join("kept.txt"), "still here").unwrap();
+    ok(&kura(&gw, &["backup", "--host", "old", old_path], None));
+    let out = ok(&kura(&gw, &["forget", "--keep-last", "1"], None));
+    assert!(out.contains("removed 1"), "{out}");
+
+    let nodes: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (i, dir) in nodes.iter().enumerate() {
+        tree(dir.path());
+        std::fs::write(dir.path().join("node.bin"), noise(4 << 20, i as u64)).unwrap();
+    }
+    let spawn = |args: Vec<String>| {
+        command(&gw, &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let running: Vec<Child> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            spawn(vec![
+                "backup".into(),
+                "--host".into(),
+                format!("node-{i}"),
+                dir.path().to_str().unwrap().into(),
+            ])
+        })
+        .collect();
+    let prune = spawn(vec!["prune".into(), "--grace".into(), "1h".into()]);
+    for child in running {
+        ok(&child.wait_with_output().unwrap());
+    }
+    let marked = ok(&prune.wait_with_output().unwrap());
+    assert!(
+        marked.contains("deleted 0 packs") && !marked.starts_with("marked 0 "),
+        "beside the backups prune only marks (the forgotten snapshot's packs): {marked}"
+    );
+
+    let past_grace = ok(&kura(&gw, &["prune", "--grace", "0s"], None));
+    assert!(
+        !past_grace.contains("deleted 0 packs"),
+        "past the grace the marked packs go: {past_grace}"
+    );
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        4,
+        "old's newest and one per node"
+    );
+    for (i, dir) in nodes.iter().enumerate() {
+        let id = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["snapshot"]["host"] == format!("node-{i}"))
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let dst = tempfile::tempdir().unwrap();
+        ok(&kura(
+            &gw,
+            &["restore", &id, dst.path().to_str().unwrap()],
+            None,
+        ));
+        let name = dir.path().file_name().unwrap();
+        for f in ["node.bin", "volume.bin", "etc/app/config.yaml"] {
+            assert!(
+                std::fs::read(dir.path().join(f)).unwrap()
+                    == std::fs::read(dst.path().join(name).join(f)).unwrap(),
+                "node-{i}: {f} differs"
+            );
+        }
+    }
+}
+
+/// Pseudo-random bytes (xorshift), different per seed.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s.to_le_bytes()[2]
+        })
+        .collect()
 }
