@@ -525,12 +525,12 @@ impl<B: Backend> Writer<B> {
             }
             let mut start = 0;
             let mut ranges = Vec::new();
-            for chunk in fastcdc::v2020::FastCDC::new(&buf[..len], c.min, c.avg, c.max) {
-                if !eof && len - chunk.offset < max {
+            for (offset, length) in crate::cdc::chunks(&buf[..len], c) {
+                if !eof && len - offset < max {
                     break;
                 }
-                ranges.push((chunk.offset, chunk.length));
-                start = chunk.offset + chunk.length;
+                ranges.push((offset, length));
+                start = offset + length;
             }
             match self.save_data_chunks(&buf, &ranges) {
                 Ok(ids) => content.extend(ids.into_iter().map(|blob| Content::Blob { blob })),

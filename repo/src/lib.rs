@@ -14,6 +14,7 @@
 pub mod backend;
 pub mod backup;
 pub mod blob;
+pub mod cdc;
 pub mod check;
 pub mod config;
 pub mod diff;
