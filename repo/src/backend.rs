@@ -192,7 +192,9 @@ fn payload_is_protected(endpoint: &str) -> bool {
     let Some(rest) = endpoint.strip_prefix("http://") else {
         return false;
     };
-    let authority = rest.split('/').next().unwrap_or_default();
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // `user:password@host`: the host is after the last `@`.
+    let authority = authority.rsplit('@').next().unwrap_or_default();
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
@@ -436,6 +438,8 @@ mod tests {
             "http://[fe80::1]:9000",
             "http://localhost.example.com",
             "ftp://127.0.0.1",
+            "http://localhost:1@remote.example:9000",
+            "http://127.0.0.1@10.0.0.5",
         ] {
             assert!(!payload_is_protected(exposed), "{exposed}");
         }

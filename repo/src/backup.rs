@@ -342,12 +342,9 @@ impl<B: Backend> Writer<B> {
         let mut node = node_from_meta(meta, kind);
         node.set_name(name);
         let unchanged = kind == NodeType::File && self.unchanged(&node, meta, before);
-        if unchanged {
-            // Setting an xattr changes ctime, so the parent's list still holds.
-            node.xattrs = before.and_then(|b| b.xattrs.clone());
-        } else {
-            node.xattrs = self.xattrs(path);
-        }
+        // Read for every entry, unchanged files too: a parent written before xattrs were
+        // recorded, or whose read of them failed, must not pass its lack on.
+        node.xattrs = self.xattrs(path);
         match kind {
             NodeType::File if unchanged => {
                 let before = before.expect("unchanged has a parent node");

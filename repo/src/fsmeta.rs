@@ -98,13 +98,21 @@ pub fn make_special(path: &Path, node: &Node) -> io::Result<()> {
     Ok(())
 }
 
-/// Applies extended attributes, owner, modification time and mode to `path`, in the
-/// order that keeps each step possible: xattrs while the file is still writable, chown
-/// before chmod (chown clears set-ID bits), no chmod on symlinks (Linux has none).
+/// Applies owner, extended attributes, modification time and mode to `path`, in the order
+/// that keeps each step possible and each result in place: chown first (on Linux it drops
+/// `security.capability` and set-ID bits, so those must come after it), xattrs while the
+/// file is still writable, the mode last, and no chmod on symlinks (Linux has none).
 /// Returns what could not be applied; owner changes that need privileges are not counted,
 /// as with `cp -p` run by a user.
 pub fn apply(path: &Path, node: &Node) -> Vec<String> {
     let mut failed = Vec::new();
+    let _ = rustix::fs::chownat(
+        CWD,
+        path,
+        Some(rustix::fs::Uid::from_raw(node.uid)),
+        Some(rustix::fs::Gid::from_raw(node.gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    );
     for (name, value) in node.xattrs.iter().flatten() {
         let applied = hex::decode(value).map_err(io::Error::other).and_then(|v| {
             rustix::fs::lsetxattr(path, name.as_str(), &v, XattrFlags::empty())
@@ -114,13 +122,6 @@ pub fn apply(path: &Path, node: &Node) -> Vec<String> {
             failed.push(format!("xattr {name}: {e}"));
         }
     }
-    let _ = rustix::fs::chownat(
-        CWD,
-        path,
-        Some(rustix::fs::Uid::from_raw(node.uid)),
-        Some(rustix::fs::Gid::from_raw(node.gid)),
-        AtFlags::SYMLINK_NOFOLLOW,
-    );
     let times = Timestamps {
         last_access: Timespec {
             tv_sec: 0,

@@ -227,15 +227,17 @@ impl<B: Backend> Repository<B> {
     }
 
     /// How many of `ids`, from the first, make one run for [`Repository::read_run`]: next to
-    /// each other in one pack and at most `max_span` bytes stored (always at least one).
-    #[must_use]
-    pub fn run_of(&self, ids: &[Id], max_span: u64) -> usize {
-        let Some(first) = ids.first().and_then(|id| self.index.get(id)) else {
-            return ids.len().min(1);
+    /// each other in one pack and at most `max_span` bytes stored (always at least one
+    /// when there is one). Reads `ids` only as far as the run goes.
+    pub fn run_of<'a>(&self, ids: impl IntoIterator<Item = &'a Id>, max_span: u64) -> usize {
+        let mut ids = ids.into_iter();
+        let Some(first) = ids.next() else { return 0 };
+        let Some(first) = self.index.get(first) else {
+            return 1;
         };
         let mut end = first.offset + u64::from(first.length);
         let mut n = 1;
-        for id in &ids[1..] {
+        for id in ids {
             match self.index.get(id) {
                 Some(l)
                     if l.pack == first.pack

@@ -296,15 +296,16 @@ fn fetch_ahead<B: Backend>(
                 i += 1;
             }
             Content::Blob { .. } => {
-                let ids: Vec<Id> = content[i..]
-                    .iter()
-                    .map_while(|c| match c {
-                        Content::Blob { blob } => Some(*blob),
+                let blobs = || {
+                    content[i..].iter().map_while(|c| match c {
+                        Content::Blob { blob } => Some(blob),
                         Content::Zero { .. } => None,
                     })
-                    .collect();
-                let n = repo.run_of(&ids, FETCH_SPAN);
-                pieces.push(Ok(ids[..n].to_vec()));
+                };
+                // Walked only as far as the run goes: a file's plan stays linear in its
+                // chunks.
+                let n = repo.run_of(blobs(), FETCH_SPAN).max(1);
+                pieces.push(Ok(blobs().take(n).copied().collect::<Vec<Id>>()));
                 i += n;
             }
         }

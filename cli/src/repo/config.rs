@@ -96,7 +96,16 @@ pub fn resolve(args: &RepoArgs) -> anyhow::Result<Location> {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading config {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("config {}", path.display()))?
+            // The message only: toml's full error quotes the offending line, which may be
+            // the secret itself (a misspelt `secret_access_key`).
+            toml::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "config {}: {} (at byte {})",
+                    path.display(),
+                    e.message(),
+                    e.span().map_or(0, |r| r.start)
+                )
+            })?
         }
         None => RepoFile::default(),
     };

@@ -96,11 +96,14 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
     let Some(mut body) = input.body else {
         return Err(s3_error!(IncompleteBody));
     };
-    let tmp = root.join(format!(
-        ".kura-put.{}.{}.part",
+    // Named so that s3s-fs's start-up sweep (`.tmp.*.internal.part`) removes what a crash
+    // left, and unlike its own names (a plain counter).
+    let unique = format!(
+        "kura-{}-{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    );
+    let tmp = root.join(format!(".tmp.{unique}.internal.part"));
     let written = async {
         let file = tokio::fs::File::create(&tmp).await.map_err(internal)?;
         let mut out = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
@@ -150,7 +153,7 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
         ("internal", serde_json::to_vec(&info).map_err(internal)?),
     ] {
         let path = sidecar(root, &input.bucket, &input.key, what);
-        let tmp = path.with_extension("json.kura-part");
+        let tmp = root.join(format!(".tmp.{unique}-{what}.internal.part"));
         tokio::fs::write(&tmp, json).await.map_err(internal)?;
         tokio::fs::rename(&tmp, &path).await.map_err(internal)?;
     }

@@ -96,7 +96,8 @@ async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {
         body
     );
 
-    // With a Content-MD5, s3s-fs writes the object as before.
+    // A client's Content-MD5 is checked by the gateway against the plaintext; the store
+    // gets the ciphertext without one.
     let small = b"checked by md5".to_vec();
     let md5 =
         base64::engine::Engine::encode(&base64::engine::general_purpose::STANDARD, md5_of(&small));
@@ -120,6 +121,16 @@ async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {
         small
     );
 
+    // The local writer stored these, not s3s-fs: s3s-fs's ETag would be the MD5 of the
+    // stored file, and the local writer hashes nothing.
+    for key in ["dir/obj", "md5"] {
+        assert_ne!(
+            stored_etag(dir.path(), key),
+            stored_md5(dir.path(), key),
+            "{key}"
+        );
+    }
+
     for key in ["dir/obj", "copy", "md5"] {
         s3.delete_object()
             .bucket(BUCKET)
@@ -133,6 +144,24 @@ async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {
         "sidecars or temporary files left: {:?}",
         root_files(dir.path())
     );
+}
+
+/// The ETag s3s-fs's sidecar holds for `key`.
+fn stored_etag(root: &std::path::Path, key: &str) -> String {
+    use base64::engine::{Engine as _, general_purpose::URL_SAFE_NO_PAD};
+    let name = format!(
+        ".bucket-{}.object-{}.internal.json",
+        URL_SAFE_NO_PAD.encode(BUCKET),
+        URL_SAFE_NO_PAD.encode(key)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join(name)).unwrap()).unwrap();
+    json["e_tag"].as_str().unwrap().to_string()
+}
+
+/// The MD5 of the stored (encrypted) file of `key`, in hex.
+fn stored_md5(root: &std::path::Path, key: &str) -> String {
+    hex::encode(md5_of(&std::fs::read(root.join(BUCKET).join(key)).unwrap()))
 }
 
 fn md5_of(b: &[u8]) -> [u8; 16] {
