@@ -82,8 +82,8 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
     s3_error!(InternalError, "local store: {e}")
 }
 
-/// Stores `input` under `root`: the body into a temporary file renamed into place once
-/// complete (a failed body leaves nothing), then the attributes and the ETag.
+/// Stores `input` under `root`: the body into a temporary file, then the attributes and
+/// the ETag, then the body renamed into place (a failed body leaves nothing).
 pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjectOutput> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let object = root.join(&input.bucket).join(&input.key);
@@ -123,16 +123,16 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
                 "body length differs from Content-Length"
             ));
         }
-        if let Some(dir) = object.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(internal)?;
-        }
-        tokio::fs::rename(&tmp, &object).await.map_err(internal)
+        Ok(())
     }
     .await;
     if let Err(e) = written {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(e);
     }
+    // The sidecars go in before the object: a crash in between leaves sidecars of an
+    // object that is not there (a 404, as before the PUT) rather than an object without
+    // its attributes.
     let attributes = Attributes {
         user_metadata: input.metadata.as_ref(),
         content_encoding: input.content_encoding.as_deref(),
@@ -145,17 +145,26 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
     let etag = random_etag()?;
     let mut info = serde_json::Map::new();
     info.insert("e_tag".into(), serde_json::Value::String(etag.clone()));
-    for (what, json) in [
-        (
-            "metadata",
-            serde_json::to_vec(&attributes).map_err(internal)?,
-        ),
-        ("internal", serde_json::to_vec(&info).map_err(internal)?),
-    ] {
-        let path = sidecar(root, &input.bucket, &input.key, what);
-        let tmp = root.join(format!(".tmp.{unique}-{what}.internal.part"));
-        tokio::fs::write(&tmp, json).await.map_err(internal)?;
-        tokio::fs::rename(&tmp, &path).await.map_err(internal)?;
+    let placed = async {
+        for (what, json) in [
+            ("metadata", serde_json::to_vec(&attributes)?),
+            ("internal", serde_json::to_vec(&info)?),
+        ] {
+            let path = sidecar(root, &input.bucket, &input.key, what);
+            let side_tmp = root.join(format!(".tmp.{unique}-{what}.internal.part"));
+            tokio::fs::write(&side_tmp, json).await?;
+            tokio::fs::rename(&side_tmp, &path).await?;
+        }
+        if let Some(dir) = object.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        tokio::fs::rename(&tmp, &object).await?;
+        Ok::<_, std::io::Error>(())
+    }
+    .await;
+    if let Err(e) = placed {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(internal(e));
     }
     Ok(PutObjectOutput {
         e_tag: Some(ETag::Strong(etag)),
