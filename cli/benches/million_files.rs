@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::{AK, Run, SK, start_gateway, timed};
+use common::{AK, Run, SK, env_number, start_gateway, timed, work_dir};
 
 mod common;
 
@@ -36,14 +36,9 @@ fn make_tree(root: &Path, files: usize) {
 }
 
 fn main() {
-    let files: usize = std::env::var("KURA_BENCH_EMPTY_FILES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let files = env_number("KURA_BENCH_EMPTY_FILES", 1_000_000);
     let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
-    let work =
-        tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
-            .unwrap();
+    let work = work_dir();
     let w = work.path();
     let tree = w.join("tree");
     let started = Instant::now();

@@ -16,7 +16,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{AK, Run, SK, start_gateway, timed};
+use common::{AK, Run, SK, env_number, start_gateway, timed, work_dir};
 
 mod common;
 
@@ -74,18 +74,10 @@ fn same_file(a: &Path, b: &Path) -> bool {
     reason = "one benchmark script, read top to bottom"
 )]
 fn main() {
-    let mib: usize = std::env::var("KURA_BENCH_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    let files: usize = std::env::var("KURA_BENCH_FILES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let mib = env_number("KURA_BENCH_MIB", 1024);
+    let files = env_number("KURA_BENCH_FILES", 20_000);
     let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
-    let work =
-        tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into()))
-            .unwrap();
+    let work = work_dir();
     let w = work.path();
     let image = w.join("disk.img");
     make_image(&image, mib);

@@ -155,6 +155,31 @@ impl S3Backend {
         }
     }
 
+    /// HeadObject of `key`: `None` when there is no such object.
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<Option<aws_sdk_s3::operation::head_object::HeadObjectOutput>> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(out)),
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(storage("HeadObject", key, &e)),
+        }
+    }
+
     /// Creates the bucket if it does not exist (for `kura init`).
     ///
     /// # Errors
@@ -331,25 +356,7 @@ impl Backend for S3Backend {
     }
 
     async fn exists(&self, ft: FileType, name: &str) -> Result<bool> {
-        let key = self.key(ft, name);
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error().is_some_and(
-                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(storage("HeadObject", &key, &e)),
-        }
+        Ok(self.head(&self.key(ft, name)).await?.is_some())
     }
 
     async fn list(&self, ft: FileType) -> Result<Vec<(String, u64)>> {
@@ -381,27 +388,11 @@ impl Backend for S3Backend {
     }
 
     async fn modified(&self, ft: FileType, name: &str) -> Result<Option<i64>> {
-        let key = self.key(ft, name);
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out
-                .last_modified()
-                .map(aws_sdk_s3::primitives::DateTime::secs)),
-            Err(e)
-                if e.as_service_error().is_some_and(
-                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(storage("HeadObject", &key, &e)),
-        }
+        let head = self.head(&self.key(ft, name)).await?;
+        Ok(head.and_then(|h| {
+            h.last_modified()
+                .map(aws_sdk_s3::primitives::DateTime::secs)
+        }))
     }
 
     async fn delete(&self, ft: FileType, name: &str) -> Result<()> {

@@ -108,9 +108,8 @@ pub async fn backup<B: Backend>(
     // it drives uploads with `Handle::block_on`, which must not nest inside the caller's
     // own `block_on` (a wake-up of the caller's future would be lost).
     let writer_repo = repo.clone();
-    let params = repo.config.params;
     let (result, written) = tokio::task::spawn_blocking(move || {
-        let mut w = match Writer::new(writer_repo, handle, &params) {
+        let mut w = match Writer::new(writer_repo, handle) {
             Ok(w) => w,
             Err(e) => return (Err(e), Vec::new()),
         };
@@ -191,14 +190,12 @@ struct Writer<B: Backend> {
 }
 
 impl<B: Backend> Writer<B> {
-    fn new(repo: Repository<B>, handle: Handle, params: &crate::config::Params) -> Result<Self> {
+    fn new(repo: Repository<B>, handle: Handle) -> Result<Self> {
+        let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Writer {
             repo,
             added: HashSet::new(),
-            packs: [
-                PackWriter::with_buffer(Vec::with_capacity(pack_capacity(params))),
-                PackWriter::default(),
-            ],
+            packs: [PackWriter::with_buffer(first_pack), PackWriter::default()],
             buffers: Buffers::default(),
             uploads: JoinSet::new(),
             permits: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT)),

@@ -81,3 +81,16 @@ pub fn start_gateway(kura: &Path, dir: &Path) -> (std::process::Child, String) {
     let endpoint = format!("http://127.0.0.1:{port}");
     (gateway, endpoint)
 }
+
+/// A number from the environment variable `name`, or `default`.
+pub fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A temporary directory for a run's data, under `KURA_BENCH_DIR` (default `/tmp`).
+pub fn work_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into())).unwrap()
+}
