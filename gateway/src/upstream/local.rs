@@ -32,6 +32,7 @@ const READ_CHUNK: usize = 1 << 20;
 pub struct LocalDir {
     fs: s3s_fs::FileSystem,
     root: PathBuf,
+    locks: super::key_locks::KeyLocks,
 }
 
 impl LocalDir {
@@ -42,7 +43,11 @@ impl LocalDir {
     pub fn new(root: &std::path::Path) -> Result<Self, String> {
         let fs = s3s_fs::FileSystem::new(root).map_err(|e| format!("{e:?}"))?;
         let root = root.canonicalize().map_err(|e| e.to_string())?;
-        Ok(Self { fs, root })
+        Ok(Self {
+            fs,
+            root,
+            locks: super::key_locks::KeyLocks::new(),
+        })
     }
 }
 
@@ -58,8 +63,9 @@ macro_rules! store {
 
             async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
-                    return super::local_put::put(&self.root, req.input).await.map(S3Response::new);
+                    return super::local_put::put(&self.root, &self.locks, req.input).await.map(S3Response::new);
                 }
+                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 self.fs.put_object(req).await
             }
 
@@ -71,6 +77,7 @@ macro_rules! store {
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Err(s3_error!(NoSuchKey));
                 }
+                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 self.fs.head_object(req).await
             }
 
@@ -79,6 +86,7 @@ macro_rules! store {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                let _key = self.locks.lock(&bucket, &key).await;
                 let out = self.fs.delete_object(req).await?;
                 super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
                 Ok(out)
@@ -86,6 +94,8 @@ macro_rules! store {
 
             async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
                 let bucket = req.input.bucket.clone();
+                let keys: Vec<String> = req.input.delete.objects.iter().map(|o| o.key.clone()).collect();
+                let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
                 let out = self.fs.delete_objects(req).await?;
                 for key in out.output.deleted.iter().flatten().filter_map(|d| d.key.as_deref()) {
                     super::local_put::remove_sidecars(&self.root, &bucket, key).await;
@@ -137,7 +147,13 @@ impl LocalDir {
             key: input.key.clone(),
             ..Default::default()
         };
-        let head = S3::head_object(self, request(head)).await?.output;
+        if self.names_directory(&input.bucket, &input.key).await {
+            return Err(s3_error!(NoSuchKey));
+        }
+        // The sidecars and the body are read under the key's lock: an open file keeps the
+        // body it had even if a writer renames another over it afterwards.
+        let key_lock = self.locks.lock(&input.bucket, &input.key).await;
+        let head = self.fs.head_object(request(head)).await?.output;
         if let Some(ETagCondition::ETag(want)) = &input.if_match
             && head.e_tag.as_ref().map(ETag::value) != Some(want.value())
         {
@@ -164,6 +180,7 @@ impl LocalDir {
         let mut file = tokio::fs::File::open(&path)
             .await
             .map_err(|_| s3_error!(NoSuchKey))?;
+        drop(key_lock);
         file.seek(SeekFrom::Start(start))
             .await
             .map_err(|e| s3_error!(InternalError, "{e}"))?;

@@ -84,7 +84,11 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
 
 /// Stores `input` under `root`: the body into a temporary file, then the attributes and
 /// the ETag, then the body renamed into place (a failed body leaves nothing).
-pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjectOutput> {
+pub(super) async fn put(
+    root: &Path,
+    locks: &super::key_locks::KeyLocks,
+    input: PutObjectInput,
+) -> S3Result<PutObjectOutput> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let object = root.join(&input.bucket).join(&input.key);
     if !object.starts_with(root) || input.key.split('/').any(|c| c == "..") {
@@ -132,7 +136,8 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
     }
     // The sidecars go in before the object: a crash in between leaves sidecars of an
     // object that is not there (a 404, as before the PUT) rather than an object without
-    // its attributes.
+    // its attributes. (An overwrite killed in between leaves the old body with the new
+    // sidecars: a crash of the store's own process, which real S3 does not have.)
     let attributes = Attributes {
         user_metadata: input.metadata.as_ref(),
         content_encoding: input.content_encoding.as_deref(),
@@ -145,6 +150,9 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
     let etag = random_etag()?;
     let mut info = serde_json::Map::new();
     info.insert("e_tag".into(), serde_json::Value::String(etag.clone()));
+    // Sidecars and body are replaced under the key's lock (`key_locks.rs`); the body was
+    // received without it.
+    let key_lock = locks.lock(&input.bucket, &input.key).await;
     let placed = async {
         for (what, json) in [
             ("metadata", serde_json::to_vec(&attributes)?),
@@ -162,6 +170,7 @@ pub(super) async fn put(root: &Path, input: PutObjectInput) -> S3Result<PutObjec
         Ok::<_, std::io::Error>(())
     }
     .await;
+    drop(key_lock);
     if let Err(e) = placed {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(internal(e));

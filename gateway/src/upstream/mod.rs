@@ -14,6 +14,7 @@ use s3s::{S3, S3Request};
 use crate::config::UpstreamConfig;
 
 mod counted;
+mod key_locks;
 mod local;
 mod local_put;
 

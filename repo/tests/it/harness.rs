@@ -1,5 +1,5 @@
-//! A real upstream (s3s-fs over HTTP), a real gateway in front of it, and a backend for a
-//! repository at `s3://repo/PREFIX` through that gateway.
+//! A real upstream (s3s-fs's store, served by kura's LocalDir over HTTP), a real gateway in
+//! front of it, and a backend for a repository at `s3://repo/PREFIX` through that gateway.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +22,11 @@ pub struct Env {
 }
 
 async fn serve_upstream(dir: &std::path::Path) -> SocketAddr {
-    let fs = s3s_fs::FileSystem::new(dir).unwrap();
+    // s3s-fs's files behind kura's LocalDir, as the embedded default serves them: plain
+    // s3s-fs replaces an object's body and sidecars one rename at a time with no lock, so
+    // concurrent backups storing the same content-addressed pack could pair one's body
+    // with another's sidecars (upstream/key_locks.rs).
+    let fs = kura_gateway::upstream::LocalDir::new(dir).unwrap();
     let mut b = s3s::service::S3ServiceBuilder::new(fs);
     b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
     let service = b.build();

@@ -1,0 +1,54 @@
+//! Per-object locks for the embedded store. An object there is three files (the body and
+//! s3s-fs's two sidecars: attributes and ETag), replaced one rename at a time, so two
+//! writers of one key could leave one's body beside the other's sidecars: the gateway then
+//! refuses the object as belonging to another (seen with three backups storing the same
+//! content-addressed pack at once). Writers, deleters and the read of a body with its
+//! sidecars hold the key's lock; keys share a fixed set of stripes, so memory does not
+//! grow with the number of keys.
+
+use std::hash::BuildHasher as _;
+
+use tokio::sync::{Mutex, MutexGuard};
+
+/// Stripes: enough that unrelated keys rarely wait on each other.
+const STRIPES: usize = 256;
+
+pub(super) struct KeyLocks {
+    stripes: Box<[Mutex<()>]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl KeyLocks {
+    pub(super) fn new() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    fn stripe(&self, bucket: &str, key: &str) -> usize {
+        usize::try_from(self.hasher.hash_one((bucket, key)) % STRIPES as u64).unwrap_or(0)
+    }
+
+    /// The lock of one object.
+    pub(super) async fn lock(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
+        self.stripes[self.stripe(bucket, key)].lock().await
+    }
+
+    /// The locks of several objects, taken in stripe order (so two callers never wait on
+    /// each other in a cycle).
+    pub(super) async fn lock_all<'k>(
+        &self,
+        bucket: &str,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.into_iter().map(|k| self.stripe(bucket, k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.stripes[s].lock().await);
+        }
+        guards
+    }
+}
