@@ -4,7 +4,8 @@
 //! Buffered writes cost a kernel copy into freshly allocated page-cache pages, and a large
 //! restore evicts everything else the machine had cached on the way. On the benchmark
 //! machine (`README.md`) `dd` wrote 2 GiB at 623 MB/s buffered and 1.8 GB/s with
-//! `oflag=direct`, and the kernel copy was 40% of a restore's CPU.
+//! `oflag=direct`, and the kernel copy was 43% of the client's CPU in a profile of a restore
+//! with a full page cache.
 //!
 //! Direct I/O wants offsets, lengths and memory aligned to the device's logical block;
 //! `ALIGN` (4096) covers every common one. Chunks arrive at any length, so they are
