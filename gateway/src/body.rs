@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use kura_keys::Transform;
 use s3s::checksum::ChecksumHasher;
@@ -41,6 +41,37 @@ impl FailureSlot {
         let out = result.map_err(|e| self.take().unwrap_or(e))?;
         self.take().map_or(Ok(out), Err)
     }
+}
+
+/// The S3 error for a client body that s3s's decoders refused. s3s 0.14 keeps those error
+/// types private, so they are told apart by their messages (pinned; the auth tests check
+/// the codes that come out).
+fn client_body_error(e: &(dyn std::error::Error + 'static)) -> S3Error {
+    let text = e.to_string();
+    if text.contains("Sha256Mismatch") {
+        let mut err = S3Error::with_message(
+            s3s::S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        );
+        err.set_status_code(http::StatusCode::BAD_REQUEST);
+        err
+    } else if text.contains("SignatureMismatch") {
+        s3_error!(
+            SignatureDoesNotMatch,
+            "a chunk signature does not match the chunk"
+        )
+    } else {
+        s3_error!(IncompleteBody, "the request body could not be read: {text}")
+    }
+}
+
+/// Passes the client's body on, recording in `failure` why it broke if it does, so that
+/// the client gets that error rather than the upstream's view of a broken stream.
+pub(crate) fn watch_client_body(
+    blob: StreamingBlob,
+    failure: FailureSlot,
+) -> impl Stream<Item = Result<Bytes, s3s::StdError>> + Send + 'static {
+    blob.map(move |r| r.inspect_err(|e| failure.set(client_body_error(e.as_ref()))))
 }
 
 /// What the client promised about its body.
@@ -162,7 +193,7 @@ impl VerifyingSealer {
 }
 
 impl Transform for VerifyingSealer {
-    fn update(&mut self, input: &[u8], out: &mut Vec<u8>) -> kura_keys::Result<()> {
+    fn update(&mut self, input: &[u8], out: &mut BytesMut) -> kura_keys::Result<()> {
         self.seen += input.len() as u64;
         if self.seen > self.expect.len {
             let e = s3_error!(
@@ -179,7 +210,7 @@ impl Transform for VerifyingSealer {
         self.sealer.update(input, out)
     }
 
-    fn finish(&mut self, out: &mut Vec<u8>) -> kura_keys::Result<()> {
+    fn finish(&mut self, out: &mut BytesMut) -> kura_keys::Result<()> {
         // The final segment leaves only once the body proved to be what the client sent:
         // without it nothing stored would open.
         if let Err(e) = self.verify_end() {

@@ -1,10 +1,12 @@
-//! The two AEADs of SPEC 4, behind one type, on ring's implementations.
+//! The two AEADs of SPEC 4, behind one type, on aws-lc-rs's implementations.
 //!
-//! ring is the backend because it reaches the throughput target on this machine class in a
-//! default build (`NOTES.md` 6: about 4 GB/s per core for AES-256-GCM at 64 KiB segments,
-//! where the `RustCrypto` crate `aes-gcm` needs target CPU features to get near it).
+//! aws-lc-rs is the backend because it is the fastest here in a default build (keys/README.md:
+//! its AVX-512 AES-256-GCM seals 64 KiB segments at 8-10 GB/s on one core, ring's AVX2 code
+//! at 5.7-6 GB/s, `RustCrypto`'s `aes-gcm` needs target CPU features to pass 1.2 GB/s), it is
+//! in the binary already through rustls, and it seals and opens out of place, which saves
+//! the gateway a copy of every byte it moves.
 
-use ring::aead::{AES_256_GCM, Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 use crate::format::{KEY_SIZE, NONCE_SIZE, TAG_SIZE};
 
@@ -58,7 +60,7 @@ impl Cipher {
         }
     }
 
-    fn algorithm(self) -> &'static ring::aead::Algorithm {
+    fn algorithm(self) -> &'static aws_lc_rs::aead::Algorithm {
         match self {
             Cipher::Aes256Gcm => &AES_256_GCM,
             Cipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
@@ -66,9 +68,8 @@ impl Cipher {
     }
 }
 
-/// An AEAD key ready for use. ring keeps the expanded key schedule inside; the raw bytes
+/// An AEAD key ready for use. aws-lc-rs keeps the expanded key schedule inside; the raw bytes
 /// it was made from are zeroized by their owners.
-#[derive(Clone)]
 pub(crate) struct AeadKey {
     key: LessSafeKey,
 }
@@ -101,8 +102,57 @@ impl AeadKey {
                 Aad::from(aad),
                 &mut in_out[start..],
             )
-            .expect("inputs are far below ring's length limits");
+            .expect("inputs are far below the AEAD's length limits");
         in_out.extend_from_slice(tag.as_ref());
+    }
+
+    /// Encrypts `plaintext` into `out`, which must be `plaintext.len() + TAG_SIZE` long:
+    /// ciphertext, then tag.
+    pub(crate) fn seal_to(
+        &self,
+        nonce: [u8; NONCE_SIZE],
+        aad: &[u8],
+        plaintext: &[u8],
+        out: &mut [u8],
+    ) {
+        let (ciphertext, tag) = out.split_at_mut(plaintext.len());
+        self.key
+            .seal_out_of_place_scatter(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                plaintext,
+                ciphertext,
+                &[],
+                tag,
+            )
+            .expect("callers size `out` as plaintext plus tag, far below the length limits");
+    }
+
+    /// Decrypts `sealed` (ciphertext followed by its tag) into `out`, which must be as long
+    /// as the ciphertext. On failure `out` holds unspecified bytes, which callers discard.
+    pub(crate) fn open_to(
+        &self,
+        nonce: [u8; NONCE_SIZE],
+        aad: &[u8],
+        sealed: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), AuthFailed> {
+        let Some(split) = sealed.len().checked_sub(TAG_SIZE) else {
+            return Err(AuthFailed);
+        };
+        let (ciphertext, tag) = sealed.split_at(split);
+        if out.len() != ciphertext.len() {
+            return Err(AuthFailed);
+        }
+        self.key
+            .open_separate_gather(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                ciphertext,
+                tag,
+                out,
+            )
+            .map_err(|_| AuthFailed)
     }
 
     /// Decrypts `in_out` (ciphertext followed by its tag) in place and returns the plaintext.

@@ -332,11 +332,7 @@ impl PayloadKey {
 
     /// A second handle on the same keys, for a second reader of the same object.
     pub(crate) fn duplicate(&self) -> Self {
-        Self {
-            cipher: self.cipher,
-            prk: self.prk.duplicate(),
-            trailer: self.trailer.clone(),
-        }
+        Self::new(self.cipher, self.prk.duplicate())
     }
 
     /// The key of one upload of one part (SPEC 3).

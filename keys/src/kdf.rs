@@ -1,6 +1,6 @@
 //! The HKDF-SHA-256 derivations of SPEC 3, one function per derived value.
 
-use ring::hkdf::{HKDF_SHA256, KeyType, Prk, Salt};
+use aws_lc_rs::hkdf::{HKDF_SHA256, KeyType, Prk, Salt};
 use zeroize::Zeroizing;
 
 use crate::format::{KEY_CHECK_SIZE, KEY_SIZE, PART_NONCE_SIZE, SALT_SIZE, label};
@@ -51,8 +51,8 @@ pub(crate) struct DataPrk(Zeroizing<[u8; KEY_SIZE]>);
 
 impl DataPrk {
     pub(crate) fn extract(dk: &DataKey, salt: &[u8; SALT_SIZE]) -> Self {
-        let tag = ring::hmac::sign(
-            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, salt),
+        let tag = aws_lc_rs::hmac::sign(
+            &aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, salt),
             dk.expose(),
         );
         let mut bytes = Zeroizing::new([0u8; KEY_SIZE]);

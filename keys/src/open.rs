@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
+
 use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE};
 use crate::header::{Header, ObjectName, PayloadKey};
@@ -203,7 +205,7 @@ impl BodyOpener {
     }
 
     /// Opens one complete segment and appends its plaintext to `out`.
-    fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut BytesMut) -> Result<()> {
         let (Prefix::Segment { last, len, .. }, Some(cur)) = (prefix, self.current.as_mut()) else {
             return Err(Error::Malformed("segment without a part"));
         };
@@ -213,14 +215,14 @@ impl BodyOpener {
             last,
         };
         let start = out.len();
-        out.extend_from_slice(&unit[SEGMENT_PREFIX_SIZE..]);
-        if let Ok(n) = cur
+        let (head, sealed) = unit.split_at(SEGMENT_PREFIX_SIZE);
+        // Decrypted straight from the input into `out`: no copy of the ciphertext first.
+        out.resize(start + sealed.len().saturating_sub(TAG_SIZE), 0);
+        if cur
             .key
-            .open(id.nonce(), &unit[..SEGMENT_PREFIX_SIZE], &mut out[start..])
-            .map(|p| p.len())
+            .open_to(id.nonce(), head, sealed, &mut out[start..])
+            .is_err()
         {
-            out.truncate(start + n);
-        } else {
             out.truncate(start);
             return Err(id.tampered());
         }
@@ -239,7 +241,7 @@ impl BodyOpener {
         Ok(())
     }
 
-    fn step(&mut self, input: &mut &[u8], out: &mut Vec<u8>) -> Result<()> {
+    fn step(&mut self, input: &mut &[u8], out: &mut BytesMut) -> Result<()> {
         // A whole unit in the input: open it from there, without copying it into `buf`.
         if self.buf.is_empty()
             && self.need.is_none()
@@ -355,7 +357,7 @@ impl BodyOpener {
 }
 
 impl Transform for BodyOpener {
-    fn update(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
         while !input.is_empty() {
             let r = match self.stage {
                 Stage::Header { .. } => self.take_header(&mut input),
@@ -370,7 +372,7 @@ impl Transform for BodyOpener {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<u8>) -> Result<()> {
+    fn finish(&mut self, _out: &mut BytesMut) -> Result<()> {
         let r = match self.stage {
             Stage::Header { .. } => Err(Header::parse(&self.buf).err().unwrap_or(Error::Truncated)),
             Stage::Failed => Err(Error::Malformed("finish after an error")),

@@ -1,5 +1,7 @@
 //! Random-access reads (SPEC 6.2): opening just the segments that cover a plaintext range.
 
+use bytes::BytesMut;
+
 use crate::cipher::AeadKey;
 use crate::format::{PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE};
 use crate::header::PayloadKey;
@@ -57,7 +59,7 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
         ))
     }
 
-    fn open_segment(&mut self, pos: SegmentPos, out: &mut Vec<u8>) -> Result<()> {
+    fn open_segment(&mut self, pos: SegmentPos, out: &mut BytesMut) -> Result<()> {
         if self.part.as_ref().is_none_or(|(p, ..)| *p != pos.id.part) {
             // First segment of this part in the range: its prefix names the part nonce,
             // which open_in_place then checks along with everything else.
@@ -79,7 +81,7 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
 }
 
 impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
-    fn update(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
         while !input.is_empty() {
             let Some(pos) = self.next.filter(|_| self.remaining > 0) else {
                 return Err(Error::Malformed("more ciphertext than the range needs"));
@@ -98,7 +100,7 @@ impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<u8>) -> Result<()> {
+    fn finish(&mut self, _out: &mut BytesMut) -> Result<()> {
         if self.remaining > 0 {
             Err(Error::Truncated)
         } else {

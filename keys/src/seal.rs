@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
+
 use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_SIZE};
 use crate::header::PayloadKey;
@@ -99,7 +101,7 @@ impl PartSealer {
         self.written
     }
 
-    fn emit(&mut self, from_input: Option<&[u8]>, last: bool, out: &mut Vec<u8>) {
+    fn emit(&mut self, from_input: Option<&[u8]>, last: bool, out: &mut BytesMut) {
         let id = SegmentId {
             part: self.part,
             index: self.index,
@@ -114,7 +116,7 @@ impl PartSealer {
         self.index += 1;
     }
 
-    fn take_header(&mut self, out: &mut Vec<u8>) {
+    fn take_header(&mut self, out: &mut BytesMut) {
         if let Some(h) = self.header.take() {
             out.extend_from_slice(&h);
         }
@@ -122,7 +124,7 @@ impl PartSealer {
 }
 
 impl Transform for PartSealer {
-    fn update(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
         self.take_header(out);
         self.written += input.len() as u64;
         while !input.is_empty() {
@@ -144,7 +146,7 @@ impl Transform for PartSealer {
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut Vec<u8>) -> Result<()> {
+    fn finish(&mut self, out: &mut BytesMut) -> Result<()> {
         self.take_header(out);
         self.emit(None, true, out);
         Ok(())

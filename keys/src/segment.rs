@@ -1,5 +1,7 @@
 //! One segment (SPEC 5.2): its clear prefix, its nonce, and sealing or opening it.
 
+use bytes::BytesMut;
+
 use crate::cipher::AeadKey;
 use crate::format::{
     FINAL_FLAG, MAX_PART_NUMBER, NONCE_SIZE, PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE, SEGMENT_SIZE,
@@ -97,13 +99,15 @@ pub(crate) fn seal_into(
     id: SegmentId,
     nonce: PartNonce,
     plaintext: &[u8],
-    out: &mut Vec<u8>,
+    out: &mut BytesMut,
 ) {
     let prefix = encode_prefix(id.part, id.last, plaintext.len(), nonce);
     out.extend_from_slice(&prefix);
     let start = out.len();
-    out.extend_from_slice(plaintext);
-    key.seal_append(id.nonce(), &prefix, out, start);
+    // Zeroing the room is cheaper than the copy an in-place seal would need: the AEAD then
+    // reads the plaintext once, where it lies, and writes the ciphertext once.
+    out.resize(start + plaintext.len() + TAG_SIZE, 0);
+    key.seal_to(id.nonce(), &prefix, plaintext, &mut out[start..]);
 }
 
 /// Checks that a whole segment (prefix, ciphertext, tag) is the segment `id` with part

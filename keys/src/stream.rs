@@ -3,7 +3,7 @@
 
 use std::io;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{FutureExt as _, Stream, StreamExt, stream};
 
 use crate::format::SEGMENT_SIZE;
@@ -19,11 +19,44 @@ const SLICE: usize = 4 * SEGMENT_SIZE;
 /// wake-up and a syscall per piece, which dominated the gateway's CPU time.
 const BATCH: usize = 4 * SEGMENT_SIZE;
 
+/// Room for one batch: it ends with a feed of up to `SLICE` input, and a sealer's output
+/// exceeds its input by a header and a prefix and tag per segment.
+const OUT_CAPACITY: usize = BATCH + SLICE + SEGMENT_SIZE;
+
+/// Output buffers a stream keeps. Batches are split off them and come back for reuse once
+/// the consumer (hyper's write queue, which holds two or three) has dropped them: a fresh
+/// allocation per batch cost a page fault per 4 KiB, as the allocator handed the memory
+/// back to the kernel between batches, and a growing vector cost copies.
+const POOL: usize = 3;
+
 struct State<S, T> {
     input: S,
     t: T,
     pending: Option<Bytes>,
     done: bool,
+    pool: Vec<BytesMut>,
+    next: usize,
+}
+
+impl<S, T> State<S, T> {
+    /// A buffer with room for a batch: a pooled one whose batches are all dropped, else a
+    /// new one (which replaces a pooled one still in use once the pool is full).
+    fn buffer(&mut self) -> (usize, BytesMut) {
+        if let Some(i) = self
+            .pool
+            .iter_mut()
+            .position(|b| b.try_reclaim(OUT_CAPACITY))
+        {
+            return (i, std::mem::take(&mut self.pool[i]));
+        }
+        let fresh = BytesMut::with_capacity(OUT_CAPACITY);
+        if self.pool.len() < POOL {
+            self.pool.push(BytesMut::new());
+            return (self.pool.len() - 1, fresh);
+        }
+        self.next = (self.next + 1) % POOL;
+        (self.next, fresh)
+    }
 }
 
 impl<S, T> State<S, T>
@@ -32,7 +65,7 @@ where
     T: Transform,
 {
     /// Feeds one chunk (or the end) to the transform.
-    fn feed(&mut self, chunk: Option<io::Result<Bytes>>, out: &mut Vec<u8>) -> Result<()> {
+    fn feed(&mut self, chunk: Option<io::Result<Bytes>>, out: &mut BytesMut) -> Result<()> {
         match chunk {
             Some(Ok(mut c)) => {
                 if c.len() > SLICE {
@@ -61,9 +94,11 @@ where
         t,
         pending: None,
         done: false,
+        pool: Vec::with_capacity(POOL),
+        next: 0,
     };
     stream::unfold(state, |mut st| async move {
-        let mut out = Vec::new();
+        let (slot, mut out) = st.buffer();
         loop {
             if st.done || out.len() >= BATCH {
                 break;
@@ -84,10 +119,8 @@ where
                 return Some((Err(e), st));
             }
         }
-        if out.is_empty() {
-            None
-        } else {
-            Some((Ok(Bytes::from(out)), st))
-        }
+        let batch = out.split().freeze();
+        st.pool[slot] = out;
+        (!batch.is_empty()).then_some((Ok(batch), st))
     })
 }

@@ -1,6 +1,8 @@
 //! The push interface shared by every sealer and opener, so one set of stream adapters
 //! serves them all.
 
+use bytes::BytesMut;
+
 use crate::Result;
 
 /// A byte transformer fed in pieces: input in, output appended to `out`.
@@ -9,14 +11,14 @@ pub trait Transform {
     ///
     /// # Errors
     /// Whatever the transformer detects in its input.
-    fn update(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<()>;
+    fn update(&mut self, input: &[u8], out: &mut BytesMut) -> Result<()>;
 
     /// Ends the input; checks that it ended where it may and emits what was held back.
     /// Call it once.
     ///
     /// # Errors
     /// Whatever the transformer detects at the end, such as truncation.
-    fn finish(&mut self, out: &mut Vec<u8>) -> Result<()>;
+    fn finish(&mut self, out: &mut BytesMut) -> Result<()>;
 
     /// Runs the whole of `input` through and returns the output: for small inputs and tests.
     ///
@@ -26,9 +28,9 @@ pub trait Transform {
     where
         Self: Sized,
     {
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         self.update(input, &mut out)?;
         self.finish(&mut out)?;
-        Ok(out)
+        Ok(out.into())
     }
 }

@@ -128,7 +128,7 @@ pub(super) fn seal_body(
     let failure = FailureSlot::default();
     let blob = blob.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
     let ciphertext = body::transform(
-        blob,
+        body::watch_client_body(blob, failure.clone()),
         VerifyingSealer::new(sealer, expect, failure.clone()),
         len,
     );

@@ -1,6 +1,9 @@
 //! Authentication and authorization: wrong credentials, bucket scopes, ListBuckets.
 
-use crate::harness::{AK, BUCKET, Env, LIMITED_AK, LIMITED_SK, SK, client, code, status};
+use crate::harness::{
+    AK, BUCKET, Env, LIMITED_AK, LIMITED_SK, SK, client, code, data, hex_sha256, hmac_sha256,
+    send_raw, sigv4_now, status,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_credentials_are_refused() {
@@ -161,4 +164,67 @@ async fn health_ready_and_metrics_answer() {
         "{text}"
     );
     assert!(!text.contains(SK), "metrics must not carry secrets");
+}
+
+/// A PUT whose signature covers `x-amz-content-sha256` of `signed_for`, sending `body`.
+fn signed_payload_put(host: &str, key: &str, signed_for: &[u8], body: &[u8]) -> Vec<u8> {
+    let (stamp, scope, k) = sigv4_now();
+    let path = format!("/{BUCKET}/{key}");
+    let hash = hex_sha256(signed_for);
+    let signed_headers = "host;x-amz-content-sha256;x-amz-date";
+    let canonical = format!(
+        "PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{hash}\nx-amz-date:{stamp}\n\n{signed_headers}\n{hash}"
+    );
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex_sha256(canonical.as_bytes())
+    );
+    let signature = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
+    );
+    let mut req = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: {hash}\r\nAuthorization: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// The signature covers the payload's SHA-256, so a body that differs from the one signed
+/// (altered in transit) must be refused, with nothing stored; the signed one is accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_is_not_the_signed_payload_is_refused() {
+    let env = Env::start().await;
+    let host = env.gateway.addr.to_string();
+    let signed = data(300_000, 11);
+    let resp = send_raw(
+        env.gateway.addr,
+        &signed_payload_put(&host, "signed", &signed, &signed),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert_eq!(env.get("signed").await, signed);
+
+    let mut altered = signed.clone();
+    altered[150_000] ^= 1;
+    let resp = send_raw(
+        env.gateway.addr,
+        &signed_payload_put(&host, "altered", &signed, &altered),
+    )
+    .await;
+    assert!(
+        resp.starts_with("HTTP/1.1 400") && resp.contains("<Code>XAmzContentSHA256Mismatch</Code>"),
+        "a body other than the signed one must get S3's XAmzContentSHA256Mismatch: {resp}"
+    );
+    let err = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("altered")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(404));
 }

@@ -267,6 +267,17 @@ pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
         .to_vec()
 }
 
+/// Writes `raw` (a whole HTTP/1.1 request that ends the connection) to `addr` and returns
+/// the response as text.
+pub async fn send_raw(addr: SocketAddr, raw: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(raw).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
 /// For hand-signed SigV4 requests with the client secret: (x-amz-date value, credential
 /// scope, signing key), for now and region us-east-1.
 pub fn sigv4_now() -> (String, String, Vec<u8>) {
