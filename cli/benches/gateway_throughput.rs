@@ -53,15 +53,53 @@ async fn serve_upstream(dir: &Path, plain_s3s_fs: bool) -> SocketAddr {
     addr
 }
 
-fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
+/// How the bench's client sends a PUT body.
+#[derive(Clone, Copy)]
+enum Put {
+    /// A streaming body: aws-sdk-s3 sends `UNSIGNED-PAYLOAD` with Content-Length (as aws-cli
+    /// and boto3 do over HTTPS for parts, and kura's repository over loopback).
+    Unsigned,
+    /// `STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER`: every chunk signed (SHA-256 of its
+    /// bytes) and a CRC32 trailer, as aws-sdk-s3 sends over plain HTTP when asked for
+    /// checksums; minio-go (restic, Kopia) signs chunks the same way. (Over plain HTTP the SDK
+    /// will not send aws-cli's `STREAMING-UNSIGNED-PAYLOAD-TRAILER`, so that mode is not here.)
+    SignedChunks,
+    /// A body in memory, which aws-sdk-s3 signs whole: `x-amz-content-sha256` is its
+    /// SHA-256, which the gateway computes to verify.
+    Signed,
+}
+
+impl Put {
+    fn label(self) -> &'static str {
+        match self {
+            Put::Unsigned => "PUT UNSIGNED-PAYLOAD          ",
+            Put::SignedChunks => "PUT signed chunks + CRC32     ",
+            Put::Signed => "PUT signed payload (SHA-256)  ",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Put::Unsigned => "unsigned",
+            Put::SignedChunks => "signed-chunks",
+            Put::Signed => "signed",
+        }
+    }
+}
+
+fn client(addr: SocketAddr, ak: &str, sk: &str, mode: Put) -> Client {
+    let checksums = if matches!(mode, Put::SignedChunks) {
+        RequestChecksumCalculation::WhenSupported
+    } else {
+        RequestChecksumCalculation::WhenRequired
+    };
     let conf = aws_sdk_s3::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(format!("http://{addr}"))
         .force_path_style(true)
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new(ak, sk, None, None, "bench"))
-        // Plain Content-Length uploads on both paths, so the comparison is of the servers.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .request_checksum_calculation(checksums)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
         .build();
     Client::from_conf(conf)
@@ -102,6 +140,46 @@ fn usage(pid: u32) -> (f64, u64, u64) {
     (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
 }
 
+/// User + system CPU seconds of a process and its descendants still running.
+fn tree_cpu(pid: u32) -> f64 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    usage(pid).0
+        + children
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .map(tree_cpu)
+            .sum::<f64>()
+}
+
+/// A byte-level TCP forwarder (socat, 1 MiB buffers) in front of `upstream`, if socat is
+/// installed: the least any proxy on this loopback pays to receive and resend the bytes.
+fn start_forwarder(upstream: SocketAddr) -> Option<(Child, SocketAddr)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("socat")
+        .args([
+            "-b",
+            "1048576",
+            &format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"),
+            &format!("TCP:{upstream}"),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Some((child, addr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
 fn start_gateway(upstream: SocketAddr, dir: &Path) -> (Child, SocketAddr) {
     let key_file = dir.join("keys.toml");
     let status = Command::new(env!("CARGO_BIN_EXE_kura"))
@@ -116,7 +194,10 @@ fn start_gateway(upstream: SocketAddr, dir: &Path) -> (Child, SocketAddr) {
         .unwrap()
         .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_kura"))
+    // KURA_BENCH_GATEWAY_BIN runs another build as the gateway, for A/B comparisons.
+    let bin = std::env::var("KURA_BENCH_GATEWAY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string());
+    let child = Command::new(bin)
         .args([
             "gateway",
             "--listen",
@@ -147,23 +228,21 @@ fn start_gateway(upstream: SocketAddr, dir: &Path) -> (Child, SocketAddr) {
     panic!("gateway did not start");
 }
 
-async fn put(c: &Client, bucket: &str, key: &str, file: &Path, unsigned: bool) -> Duration {
+async fn put(c: &Client, bucket: &str, key: &str, file: &Path, mode: Put) -> Duration {
+    let body = if matches!(mode, Put::Signed) {
+        // Read before the clock starts: only an in-memory body gets a signed payload.
+        ByteStream::from(std::fs::read(file).unwrap())
+    } else {
+        ByteStream::from_path(file).await.unwrap()
+    };
     let t = Instant::now();
-    let req = c
-        .put_object()
+    c.put_object()
         .bucket(bucket)
         .key(key)
-        .body(ByteStream::from_path(file).await.unwrap());
-    if unsigned {
-        // UNSIGNED-PAYLOAD, as aws-cli and boto3 send over HTTPS: no SHA-256 of the body to verify.
-        req.customize()
-            .disable_payload_signing()
-            .send()
-            .await
-            .unwrap();
-    } else {
-        req.send().await.unwrap();
-    }
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     t.elapsed()
 }
 
@@ -227,8 +306,8 @@ async fn main() {
             f.write_all(&chunk).unwrap();
         }
     }
-    let direct = client(upstream, UP_AK, UP_SK);
-    let via = client(gw_addr, AK, SK);
+    let direct = client(upstream, UP_AK, UP_SK, Put::Unsigned);
+    let via = client(gw_addr, AK, SK, Put::Unsigned);
     direct
         .create_bucket()
         .bucket("direct-bench")
@@ -241,13 +320,14 @@ async fn main() {
         .await
         .unwrap();
     let pid = gw.id();
+    // `-g` unwinds by frame pointers, which these builds lack; DWARF unwinding sees through.
     let perf = std::env::var("KURA_BENCH_PERF").ok().map(|out| {
         Command::new("perf")
             .args([
                 "record",
                 "-F",
                 "999",
-                "-g",
+                "--call-graph=dwarf,32768",
                 "-o",
                 &out,
                 "-p",
@@ -257,51 +337,61 @@ async fn main() {
             .spawn()
             .unwrap()
     });
-    let (cpu_a, rss0, _) = usage(pid);
-    let d_put_signed = put(&direct, "direct-bench", "signed", &file, false).await;
-    let g_put_signed = put(&via, "gateway-bench", "signed", &file, false).await;
+    let gib = len as f64 / f64::from(1u32 << 30);
+    let (_, rss0, _) = usage(pid);
+    println!(
+        "object: {mib} MiB, upstream: {kind} over loopback HTTP, client: aws-sdk-s3",
+        kind = if plain {
+            "s3s-fs"
+        } else {
+            "s3s-fs with LocalDir reads"
+        }
+    );
+    let row = |label: &str, d: Duration, g: Duration, cpu: f64, user: f64| {
+        println!(
+            "{label} direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB (user space {:.3})",
+            mbps(len, d),
+            mbps(len, g),
+            d.as_secs_f64() / g.as_secs_f64(),
+            cpu / gib,
+            user / gib,
+        );
+    };
+    let modes = match std::env::var("KURA_BENCH_PUT").as_deref() {
+        Ok("unsigned") => vec![Put::Unsigned],
+        _ => vec![Put::Unsigned, Put::SignedChunks, Put::Signed],
+    };
+    for mode in modes {
+        let key = mode.key();
+        let d = put(
+            &client(upstream, UP_AK, UP_SK, mode),
+            "direct-bench",
+            key,
+            &file,
+            mode,
+        )
+        .await;
+        let via = client(gw_addr, AK, SK, mode);
+        let (cpu0, _, _) = usage(pid);
+        let user0 = user_cpu(pid);
+        let g = put(&via, "gateway-bench", key, &file, mode).await;
+        let (cpu1, _, _) = usage(pid);
+        row(mode.label(), d, g, cpu1 - cpu0, user_cpu(pid) - user0);
+    }
+    let d_get = get(&direct, "direct-bench", "unsigned", len).await;
     let (cpu0, _, _) = usage(pid);
     let user0 = user_cpu(pid);
-    let d_put = put(&direct, "direct-bench", "obj", &file, true).await;
-    let g_put = put(&via, "gateway-bench", "obj", &file, true).await;
-    let (cpu1, _, _) = usage(pid);
-    let user1 = user_cpu(pid);
-    let d_get = get(&direct, "direct-bench", "obj", len).await;
-    let g_get = get(&via, "gateway-bench", "obj", len).await;
-    let (cpu2, _, hwm) = usage(pid);
-    let user2 = user_cpu(pid);
-    let gib = len as f64 / f64::from(1u32 << 30);
-    let kind = if plain {
-        "s3s-fs"
-    } else {
-        "s3s-fs with LocalDir reads"
-    };
-    println!("object: {mib} MiB, upstream: {kind} over loopback HTTP, client: aws-sdk-s3");
-    println!(
-        "PUT (signed payload)   direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
-        mbps(len, d_put_signed),
-        mbps(len, g_put_signed),
-        d_put_signed.as_secs_f64() / g_put_signed.as_secs_f64(),
-        (cpu0 - cpu_a) / gib
+    let g_get = get(&via, "gateway-bench", "unsigned", len).await;
+    let (cpu1, _, hwm) = usage(pid);
+    row(
+        "GET                           ",
+        d_get,
+        g_get,
+        cpu1 - cpu0,
+        user_cpu(pid) - user0,
     );
     println!(
-        "PUT (unsigned payload) direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
-        mbps(len, d_put),
-        mbps(len, g_put),
-        d_put.as_secs_f64() / g_put.as_secs_f64(),
-        (cpu1 - cpu0) / gib
-    );
-    println!(
-        "GET                    direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
-        mbps(len, d_get),
-        mbps(len, g_get),
-        d_get.as_secs_f64() / g_get.as_secs_f64(),
-        (cpu2 - cpu1) / gib
-    );
-    println!(
-        "gateway user-space CPU alone (the rest is kernel: sockets and loopback TCP): PUT {:.3} s/GiB, GET {:.3} s/GiB",
-        (user1 - user0) / gib,
-        (user2 - user1) / gib
+        "(gateway CPU is user + kernel time; the kernel part is mostly its two loopback sockets per request)"
     );
     println!(
         "gateway resident memory: {} MiB at start, peak {} MiB, growth {} MiB",
@@ -309,6 +399,24 @@ async fn main() {
         hwm / 1024,
         hwm.saturating_sub(rss0) / 1024
     );
+    if let Some((mut fwd, fwd_addr)) = start_forwarder(upstream) {
+        let c = client(fwd_addr, UP_AK, UP_SK, Put::Unsigned);
+        let fpid = fwd.id();
+        let cpu0 = tree_cpu(fpid);
+        let d = put(&c, "direct-bench", "forwarded", &file, Put::Unsigned).await;
+        let cpu1 = tree_cpu(fpid);
+        let g = get(&c, "direct-bench", "forwarded", len).await;
+        let cpu2 = tree_cpu(fpid);
+        println!(
+            "floor: a plain TCP forwarder (socat, 1 MiB buffers) in the gateway's place: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s, {:.3} s/GiB",
+            mbps(len, d),
+            (cpu1 - cpu0) / gib,
+            mbps(len, g),
+            (cpu2 - cpu1) / gib
+        );
+        let _ = fwd.kill();
+        let _ = fwd.wait();
+    }
     if let Some(mut p) = perf {
         let _ = Command::new("kill")
             .args(["-INT", &p.id().to_string()])
