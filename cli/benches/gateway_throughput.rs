@@ -2,8 +2,8 @@
 //! directly to the same upstream, in one run; prints throughput, the ratio, the gateway's
 //! CPU seconds per GiB moved, and the growth of its resident memory.
 //!
-//! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5120` for the
-//! 5 GiB memory check). The upstream is an S3 server over loopback HTTP, served by this
+//! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5117` for the
+//! memory check at the largest single PUT kura accepts, just under 5 GiB). The upstream is an S3 server over loopback HTTP, served by this
 //! process (see `main` for which); the client is aws-sdk-s3. Results go in `gateway/README.md`.
 
 #![allow(missing_docs, reason = "a bench binary")]
