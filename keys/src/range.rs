@@ -59,23 +59,43 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
         ))
     }
 
-    fn open_segment(&mut self, pos: SegmentPos, out: &mut BytesMut) -> Result<()> {
+    /// The key of `pos`'s part, derived when the range enters the part from the nonce in
+    /// `segment`'s prefix (which opening the segment then checks with everything else).
+    fn part_key(&mut self, pos: SegmentPos, segment: &[u8]) -> Result<(PartNonce, &AeadKey)> {
         if self.part.as_ref().is_none_or(|(p, ..)| *p != pos.id.part) {
-            // First segment of this part in the range: its prefix names the part nonce,
-            // which open_in_place then checks along with everything else.
             let nonce: PartNonce =
-                crate::be::array_at(&self.buf, SEGMENT_PREFIX_SIZE - PART_NONCE_SIZE);
+                crate::be::array_at(segment, SEGMENT_PREFIX_SIZE - PART_NONCE_SIZE);
             let key = self.key.as_ref().part_key(pos.id.part, nonce);
             self.part = Some((pos.id.part, nonce, key));
         }
-        let Some((_, nonce, key)) = &self.part else {
-            return Err(pos.id.tampered());
+        match &self.part {
+            Some((_, nonce, key)) => Ok((*nonce, key)),
+            None => Err(pos.id.tampered()),
+        }
+    }
+
+    /// Whether all of `pos`'s plaintext belongs to the range, so it can be decrypted
+    /// straight into the output from the input, without a copy into `buf` first.
+    fn wants_whole(&self, pos: SegmentPos) -> bool {
+        self.skip == 0 && self.remaining >= pos.plaintext_len
+    }
+
+    fn open_segment(&mut self, pos: SegmentPos, out: &mut BytesMut) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let (nonce, key) = self.part_key(pos, &buf)?;
+        let plain = segment::open_in_place(key, pos.id, nonce, &mut buf);
+        let plain = match plain {
+            Ok(p) => p,
+            Err(e) => {
+                self.buf = buf;
+                return Err(e);
+            }
         };
-        let plain = segment::open_in_place(key, pos.id, *nonce, &mut self.buf)?;
         let from = std::mem::take(&mut self.skip);
         let n = usize::try_from(self.remaining.min((plain.len() - from) as u64)).unwrap_or(0);
         out.extend_from_slice(&plain[from..from + n]);
         self.remaining -= n as u64;
+        self.buf = buf;
         Ok(())
     }
 }
@@ -87,6 +107,15 @@ impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
                 return Err(Error::Malformed("more ciphertext than the range needs"));
             };
             let len = usize::try_from(pos.ciphertext_len()).unwrap_or(usize::MAX);
+            if self.buf.is_empty() && input.len() >= len && self.wants_whole(pos) {
+                let (segment, rest) = input.split_at(len);
+                let (nonce, key) = self.part_key(pos, segment)?;
+                segment::open_append(key, pos.id, nonce, segment, out)?;
+                self.remaining -= pos.plaintext_len;
+                input = rest;
+                self.next = self.layout.next(&pos);
+                continue;
+            }
             let take = (len - self.buf.len()).min(input.len());
             self.buf.extend_from_slice(&input[..take]);
             input = &input[take..];

@@ -110,6 +110,27 @@ pub(crate) fn seal_into(
     key.seal_to(id.nonce(), &prefix, plaintext, &mut out[start..]);
 }
 
+/// Checks that `prefix` opens the segment `id` with part nonce `nonce`, whose ciphertext and
+/// tag (`sealed_len` bytes) follow it.
+fn check_prefix(
+    id: SegmentId,
+    nonce: PartNonce,
+    prefix: &[u8; SEGMENT_PREFIX_SIZE],
+    sealed_len: usize,
+) -> Result<()> {
+    match parse_prefix(prefix) {
+        Some(Prefix::Segment {
+            part,
+            last,
+            len,
+            nonce: r,
+        }) if part == id.part && last == id.last && r == nonce && sealed_len == len + TAG_SIZE => {
+            Ok(())
+        }
+        _ => Err(id.tampered()),
+    }
+}
+
 /// Checks that a whole segment (prefix, ciphertext, tag) is the segment `id` with part
 /// nonce `nonce`, opens it in place, and returns the plaintext.
 pub(crate) fn open_in_place<'a>(
@@ -121,16 +142,33 @@ pub(crate) fn open_in_place<'a>(
     let Some((prefix, body)) = segment.split_first_chunk_mut::<SEGMENT_PREFIX_SIZE>() else {
         return Err(Error::Truncated);
     };
-    match parse_prefix(prefix) {
-        Some(Prefix::Segment {
-            part,
-            last,
-            len,
-            nonce: r,
-        }) if part == id.part && last == id.last && r == nonce && body.len() == len + TAG_SIZE => {}
-        _ => return Err(id.tampered()),
-    }
+    check_prefix(id, nonce, prefix, body.len())?;
     let prefix = *prefix;
     key.open(id.nonce(), &prefix, body)
         .map_err(|_| id.tampered())
+}
+
+/// As [`open_in_place`], but decrypts from `segment` where it lies and appends the
+/// plaintext to `out`; on failure `out` is left as it was.
+pub(crate) fn open_append(
+    key: &AeadKey,
+    id: SegmentId,
+    nonce: PartNonce,
+    segment: &[u8],
+    out: &mut BytesMut,
+) -> Result<()> {
+    let Some((prefix, sealed)) = segment.split_first_chunk::<SEGMENT_PREFIX_SIZE>() else {
+        return Err(Error::Truncated);
+    };
+    check_prefix(id, nonce, prefix, sealed.len())?;
+    let start = out.len();
+    out.resize(start + sealed.len() - TAG_SIZE, 0);
+    if key
+        .open_to(id.nonce(), prefix, sealed, &mut out[start..])
+        .is_err()
+    {
+        out.truncate(start);
+        return Err(id.tampered());
+    }
+    Ok(())
 }

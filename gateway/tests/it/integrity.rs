@@ -92,8 +92,10 @@ async fn tampered_segment_at_rest_fails_the_read() {
             b.into_bytes().len()
         );
     }
-    // A range inside the tampered segment fails; one before it still reads.
+    // A range inside the tampered segment fails, and so does one that covers it whole
+    // (opened straight from the input); one before it still reads.
     assert!(env.get_range("t", "bytes=140000-140010").await.is_err());
+    assert!(env.get_range("t", "bytes=100000-200000").await.is_err());
     assert_eq!(
         env.get_range("t", "bytes=0-99").await.unwrap(),
         &body[..100]
