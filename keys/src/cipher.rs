@@ -129,31 +129,34 @@ impl AeadKey {
             .expect("callers size `out` as plaintext plus tag, far below the length limits");
     }
 
-    /// Decrypts `sealed` (ciphertext followed by its tag) into `out`, which must be as long
-    /// as the ciphertext. On failure `out` holds unspecified bytes, which callers discard.
-    pub(crate) fn open_to(
+    /// Decrypts `sealed` (ciphertext followed by its tag) where it lies and appends the
+    /// plaintext to `out`; on failure `out` is left as it was.
+    pub(crate) fn open_append(
         &self,
         nonce: [u8; NONCE_SIZE],
         aad: &[u8],
         sealed: &[u8],
-        out: &mut [u8],
+        out: &mut bytes::BytesMut,
     ) -> Result<(), AuthFailed> {
         let Some(split) = sealed.len().checked_sub(TAG_SIZE) else {
             return Err(AuthFailed);
         };
         let (ciphertext, tag) = sealed.split_at(split);
-        if out.len() != ciphertext.len() {
+        let start = out.len();
+        out.resize(start + ciphertext.len(), 0);
+        let opened = self.key.open_separate_gather(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            ciphertext,
+            tag,
+            &mut out[start..],
+        );
+        if opened.is_err() {
+            // What is there now was never authenticated.
+            out.truncate(start);
             return Err(AuthFailed);
         }
-        self.key
-            .open_separate_gather(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                ciphertext,
-                tag,
-                out,
-            )
-            .map_err(|_| AuthFailed)
+        Ok(())
     }
 
     /// Decrypts `in_out` (ciphertext followed by its tag) in place and returns the plaintext.

@@ -214,16 +214,9 @@ impl BodyOpener {
             index: cur.index,
             last,
         };
-        let start = out.len();
         let (head, sealed) = unit.split_at(SEGMENT_PREFIX_SIZE);
         // Decrypted straight from the input into `out`: no copy of the ciphertext first.
-        out.resize(start + sealed.len().saturating_sub(TAG_SIZE), 0);
-        if cur
-            .key
-            .open_to(id.nonce(), head, sealed, &mut out[start..])
-            .is_err()
-        {
-            out.truncate(start);
+        if cur.key.open_append(id.nonce(), head, sealed, out).is_err() {
             return Err(id.tampered());
         }
         if last && len == 0 && cur.index != 0 {

@@ -61,17 +61,27 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
 
     /// The key of `pos`'s part, derived when the range enters the part from the nonce in
     /// `segment`'s prefix (which opening the segment then checks with everything else).
-    fn part_key(&mut self, pos: SegmentPos, segment: &[u8]) -> Result<(PartNonce, &AeadKey)> {
-        if self.part.as_ref().is_none_or(|(p, ..)| *p != pos.id.part) {
-            let nonce: PartNonce =
-                crate::be::array_at(segment, SEGMENT_PREFIX_SIZE - PART_NONCE_SIZE);
-            let key = self.key.as_ref().part_key(pos.id.part, nonce);
-            self.part = Some((pos.id.part, nonce, key));
-        }
-        match &self.part {
-            Some((_, nonce, key)) => Ok((*nonce, key)),
-            None => Err(pos.id.tampered()),
-        }
+    /// Takes the fields it needs, so that `segment` may be the opener's own buffer.
+    fn part_key<'a>(
+        part: &'a mut Option<(u32, PartNonce, AeadKey)>,
+        key: &K,
+        pos: SegmentPos,
+        segment: &[u8],
+    ) -> (PartNonce, &'a AeadKey) {
+        let entry = match part.take() {
+            Some(entry) if entry.0 == pos.id.part => entry,
+            _ => {
+                let nonce: PartNonce =
+                    crate::be::array_at(segment, SEGMENT_PREFIX_SIZE - PART_NONCE_SIZE);
+                (
+                    pos.id.part,
+                    nonce,
+                    key.as_ref().part_key(pos.id.part, nonce),
+                )
+            }
+        };
+        let (_, nonce, key) = part.insert(entry);
+        (*nonce, key)
     }
 
     /// Whether all of `pos`'s plaintext belongs to the range, so it can be decrypted
@@ -81,21 +91,12 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
     }
 
     fn open_segment(&mut self, pos: SegmentPos, out: &mut BytesMut) -> Result<()> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let (nonce, key) = self.part_key(pos, &buf)?;
-        let plain = segment::open_in_place(key, pos.id, nonce, &mut buf);
-        let plain = match plain {
-            Ok(p) => p,
-            Err(e) => {
-                self.buf = buf;
-                return Err(e);
-            }
-        };
+        let (nonce, key) = Self::part_key(&mut self.part, &self.key, pos, &self.buf);
+        let plain = segment::open_in_place(key, pos.id, nonce, &mut self.buf)?;
         let from = std::mem::take(&mut self.skip);
         let n = usize::try_from(self.remaining.min((plain.len() - from) as u64)).unwrap_or(0);
         out.extend_from_slice(&plain[from..from + n]);
         self.remaining -= n as u64;
-        self.buf = buf;
         Ok(())
     }
 }
@@ -109,7 +110,7 @@ impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
             let len = usize::try_from(pos.ciphertext_len()).unwrap_or(usize::MAX);
             if self.buf.is_empty() && input.len() >= len && self.wants_whole(pos) {
                 let (segment, rest) = input.split_at(len);
-                let (nonce, key) = self.part_key(pos, segment)?;
+                let (nonce, key) = Self::part_key(&mut self.part, &self.key, pos, segment);
                 segment::open_append(key, pos.id, nonce, segment, out)?;
                 self.remaining -= pos.plaintext_len;
                 input = rest;

@@ -161,14 +161,6 @@ pub(crate) fn open_append(
         return Err(Error::Truncated);
     };
     check_prefix(id, nonce, prefix, sealed.len())?;
-    let start = out.len();
-    out.resize(start + sealed.len() - TAG_SIZE, 0);
-    if key
-        .open_to(id.nonce(), prefix, sealed, &mut out[start..])
-        .is_err()
-    {
-        out.truncate(start);
-        return Err(id.tampered());
-    }
-    Ok(())
+    key.open_append(id.nonce(), prefix, sealed, out)
+        .map_err(|_| id.tampered())
 }
