@@ -22,7 +22,7 @@ fn keyring() -> Arc<Keyring> {
 fuzz_target!(|data: &[u8]| {
     let split = data.first().map_or(1, |b| usize::from(*b) + 1);
     let mut o = BodyOpener::new(keyring(), "vectors".into(), "dir/object.bin".into());
-    let mut out = bytes::BytesMut::new();
+    let mut out = kura_keys::Output::new();
     for piece in data.get(1..).unwrap_or_default().chunks(split * 97) {
         if o.update(piece, &mut out).is_err() {
             return;

@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let secrets = ObjectSecrets::from_bytes(&[7; 64]);
     let key = secrets.payload_key(Cipher::Aes256Gcm);
     let mut o = BodyOpener::after_header(key);
-    let mut out = bytes::BytesMut::new();
+    let mut out = kura_keys::Output::new();
     if o.update(data, &mut out).is_ok() {
         let _ = o.finish(&mut out);
     }

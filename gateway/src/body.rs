@@ -8,9 +8,9 @@ use std::task::{Context, Poll};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use kura_keys::Transform;
+use kura_keys::{Output, Transform};
 use s3s::checksum::ChecksumHasher;
 use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Md5, Sha1, Sha256};
 use s3s::dto::StreamingBlob;
@@ -193,7 +193,7 @@ impl VerifyingSealer {
 }
 
 impl Transform for VerifyingSealer {
-    fn update(&mut self, input: &[u8], out: &mut BytesMut) -> kura_keys::Result<()> {
+    fn update(&mut self, input: &[u8], out: &mut Output) -> kura_keys::Result<()> {
         self.seen += input.len() as u64;
         if self.seen > self.expect.len {
             let e = s3_error!(
@@ -210,7 +210,7 @@ impl Transform for VerifyingSealer {
         self.sealer.update(input, out)
     }
 
-    fn finish(&mut self, out: &mut BytesMut) -> kura_keys::Result<()> {
+    fn finish(&mut self, out: &mut Output) -> kura_keys::Result<()> {
         // The final segment leaves only once the body proved to be what the client sent:
         // without it nothing stored would open.
         if let Err(e) = self.verify_end() {

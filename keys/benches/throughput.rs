@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kura_keys::{BodyOpener, Cipher, Keyring, ObjectName, PartSealer, Transform};
 
@@ -17,7 +16,7 @@ const SIZE: usize = 64 << 20;
 /// Input arrives in 1 MiB pieces, as from a network body.
 const PIECE: usize = 1 << 20;
 
-fn feed(t: &mut impl Transform, data: &[u8], out: &mut BytesMut) {
+fn feed(t: &mut impl Transform, data: &[u8], out: &mut kura_keys::Output) {
     out.clear();
     for piece in data.chunks(PIECE) {
         t.update(piece, out).unwrap();
@@ -41,7 +40,7 @@ fn bench(c: &mut Criterion) {
             .unwrap()
             .run(&data)
             .unwrap();
-        let mut out = BytesMut::with_capacity(8 * PIECE);
+        let mut out = kura_keys::Output::new();
         g.bench_with_input(BenchmarkId::new("seal", cipher.name()), &data, |b, data| {
             b.iter(|| {
                 let mut s = PartSealer::single_part(&kr, &name, cipher).unwrap();

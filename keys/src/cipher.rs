@@ -9,6 +9,7 @@
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
+use crate::Output;
 use crate::format::{KEY_SIZE, NONCE_SIZE, TAG_SIZE};
 
 /// A cipher ID from the header (SPEC 4).
@@ -136,26 +137,24 @@ impl AeadKey {
         nonce: [u8; NONCE_SIZE],
         aad: &[u8],
         sealed: &[u8],
-        out: &mut bytes::BytesMut,
+        out: &mut Output,
     ) -> Result<(), AuthFailed> {
         let Some(split) = sealed.len().checked_sub(TAG_SIZE) else {
             return Err(AuthFailed);
         };
         let (ciphertext, tag) = sealed.split_at(split);
-        let start = out.len();
-        out.resize(start + ciphertext.len(), 0);
-        let opened = self.key.open_separate_gather(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad),
-            ciphertext,
-            tag,
-            &mut out[start..],
-        );
-        if opened.is_err() {
-            // What is there now was never authenticated.
-            out.truncate(start);
-            return Err(AuthFailed);
-        }
+        self.key
+            .open_separate_gather(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                ciphertext,
+                tag,
+                out.room(ciphertext.len()),
+            )
+            .map_err(|_| AuthFailed)?;
+        // Only now does what the room holds become output: on failure it was never
+        // authenticated, and stays outside the output.
+        out.commit(ciphertext.len());
         Ok(())
     }
 

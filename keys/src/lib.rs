@@ -28,6 +28,7 @@ pub mod keyring;
 pub mod layout;
 mod metadata;
 mod open;
+mod output;
 mod rand;
 mod range;
 mod reader;
@@ -49,6 +50,7 @@ pub use layout::{
 };
 pub use metadata::SEALED_METADATA_NAME;
 pub use open::BodyOpener;
+pub use output::Output;
 pub use range::{CiphertextRange, RangeOpener};
 pub use reader::{ObjectReader, RangeWriter, pump};
 pub use seal::PartSealer;

@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
-
+use crate::Output;
 use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_PREFIX_SIZE, TAG_SIZE};
 use crate::header::{Header, ObjectName, PayloadKey};
@@ -205,7 +204,7 @@ impl BodyOpener {
     }
 
     /// Opens one complete segment and appends its plaintext to `out`.
-    fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut BytesMut) -> Result<()> {
+    fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut Output) -> Result<()> {
         let (Prefix::Segment { last, len, .. }, Some(cur)) = (prefix, self.current.as_mut()) else {
             return Err(Error::Malformed("segment without a part"));
         };
@@ -234,7 +233,7 @@ impl BodyOpener {
         Ok(())
     }
 
-    fn step(&mut self, input: &mut &[u8], out: &mut BytesMut) -> Result<()> {
+    fn step(&mut self, input: &mut &[u8], out: &mut Output) -> Result<()> {
         // A whole unit in the input: open it from there, without copying it into `buf`.
         if self.buf.is_empty()
             && self.need.is_none()
@@ -350,7 +349,7 @@ impl BodyOpener {
 }
 
 impl Transform for BodyOpener {
-    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut Output) -> Result<()> {
         while !input.is_empty() {
             let r = match self.stage {
                 Stage::Header { .. } => self.take_header(&mut input),
@@ -365,7 +364,7 @@ impl Transform for BodyOpener {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut BytesMut) -> Result<()> {
+    fn finish(&mut self, _out: &mut Output) -> Result<()> {
         let r = match self.stage {
             Stage::Header { .. } => Err(Header::parse(&self.buf).err().unwrap_or(Error::Truncated)),
             Stage::Failed => Err(Error::Malformed("finish after an error")),

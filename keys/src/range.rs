@@ -1,7 +1,6 @@
 //! Random-access reads (SPEC 6.2): opening just the segments that cover a plaintext range.
 
-use bytes::BytesMut;
-
+use crate::Output;
 use crate::cipher::AeadKey;
 use crate::format::{PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE};
 use crate::header::PayloadKey;
@@ -90,7 +89,7 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
         self.skip == 0 && self.remaining >= pos.plaintext_len
     }
 
-    fn open_segment(&mut self, pos: SegmentPos, out: &mut BytesMut) -> Result<()> {
+    fn open_segment(&mut self, pos: SegmentPos, out: &mut Output) -> Result<()> {
         let (nonce, key) = Self::part_key(&mut self.part, &self.key, pos, &self.buf);
         let plain = segment::open_in_place(key, pos.id, nonce, &mut self.buf)?;
         let from = std::mem::take(&mut self.skip);
@@ -102,7 +101,7 @@ impl<K: AsRef<PayloadKey>> RangeOpener<K> {
 }
 
 impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
-    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut Output) -> Result<()> {
         while !input.is_empty() {
             let Some(pos) = self.next.filter(|_| self.remaining > 0) else {
                 return Err(Error::Malformed("more ciphertext than the range needs"));
@@ -130,7 +129,7 @@ impl<K: AsRef<PayloadKey>> Transform for RangeOpener<K> {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut BytesMut) -> Result<()> {
+    fn finish(&mut self, _out: &mut Output) -> Result<()> {
         if self.remaining > 0 {
             Err(Error::Truncated)
         } else {

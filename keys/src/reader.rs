@@ -199,7 +199,7 @@ impl<W: Write> Write for RangeWriter<'_, W> {
 /// Reading, writing, or whatever `t` rejects.
 pub fn pump(src: &mut impl Read, t: &mut impl Transform, out: &mut impl Write) -> Result<()> {
     let mut inbuf = vec![0u8; 4 * SEGMENT_SIZE];
-    let mut outbuf = bytes::BytesMut::with_capacity(5 * SEGMENT_SIZE);
+    let mut outbuf = crate::Output::new();
     loop {
         let n = match src.read(&mut inbuf) {
             Ok(0) => break,

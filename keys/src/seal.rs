@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
-
+use crate::Output;
 use crate::cipher::AeadKey;
 use crate::format::{HEADER_SIZE, SEGMENT_SIZE};
 use crate::header::PayloadKey;
@@ -101,7 +100,7 @@ impl PartSealer {
         self.written
     }
 
-    fn emit(&mut self, from_input: Option<&[u8]>, last: bool, out: &mut BytesMut) {
+    fn emit(&mut self, from_input: Option<&[u8]>, last: bool, out: &mut Output) {
         let id = SegmentId {
             part: self.part,
             index: self.index,
@@ -116,7 +115,7 @@ impl PartSealer {
         self.index += 1;
     }
 
-    fn take_header(&mut self, out: &mut BytesMut) {
+    fn take_header(&mut self, out: &mut Output) {
         if let Some(h) = self.header.take() {
             out.extend_from_slice(&h);
         }
@@ -124,7 +123,7 @@ impl PartSealer {
 }
 
 impl Transform for PartSealer {
-    fn update(&mut self, mut input: &[u8], out: &mut BytesMut) -> Result<()> {
+    fn update(&mut self, mut input: &[u8], out: &mut Output) -> Result<()> {
         self.take_header(out);
         self.written += input.len() as u64;
         while !input.is_empty() {
@@ -146,7 +145,7 @@ impl Transform for PartSealer {
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut BytesMut) -> Result<()> {
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
         self.take_header(out);
         self.emit(None, true, out);
         Ok(())

@@ -1,7 +1,6 @@
 //! One segment (SPEC 5.2): its clear prefix, its nonce, and sealing or opening it.
 
-use bytes::BytesMut;
-
+use crate::Output;
 use crate::cipher::AeadKey;
 use crate::format::{
     FINAL_FLAG, MAX_PART_NUMBER, NONCE_SIZE, PART_NONCE_SIZE, SEGMENT_PREFIX_SIZE, SEGMENT_SIZE,
@@ -99,15 +98,15 @@ pub(crate) fn seal_into(
     id: SegmentId,
     nonce: PartNonce,
     plaintext: &[u8],
-    out: &mut BytesMut,
+    out: &mut Output,
 ) {
     let prefix = encode_prefix(id.part, id.last, plaintext.len(), nonce);
     out.extend_from_slice(&prefix);
-    let start = out.len();
-    // Zeroing the room is cheaper than the copy an in-place seal would need: the AEAD then
-    // reads the plaintext once, where it lies, and writes the ciphertext once.
-    out.resize(start + plaintext.len() + TAG_SIZE, 0);
-    key.seal_to(id.nonce(), &prefix, plaintext, &mut out[start..]);
+    // Sealed out of place: the AEAD reads the plaintext once, where it lies, and writes the
+    // ciphertext once, into room that needs no copy or zeroing first.
+    let sealed = plaintext.len() + TAG_SIZE;
+    key.seal_to(id.nonce(), &prefix, plaintext, out.room(sealed));
+    out.commit(sealed);
 }
 
 /// Checks that `prefix` opens the segment `id` with part nonce `nonce`, whose ciphertext and
@@ -155,7 +154,7 @@ pub(crate) fn open_append(
     id: SegmentId,
     nonce: PartNonce,
     segment: &[u8],
-    out: &mut BytesMut,
+    out: &mut Output,
 ) -> Result<()> {
     let Some((prefix, sealed)) = segment.split_first_chunk::<SEGMENT_PREFIX_SIZE>() else {
         return Err(Error::Truncated);

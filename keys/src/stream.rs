@@ -2,13 +2,14 @@
 //! (s3s, aws-sdk-s3, hyper) and tokio readers all provide.
 
 use std::io;
+use std::sync::{Arc, Mutex, Weak};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{FutureExt as _, Stream, StreamExt, stream};
 
 use crate::format::SEGMENT_SIZE;
 use crate::transform::Transform;
-use crate::{Error, Result};
+use crate::{Error, Output, Result};
 
 /// Largest slice of input handed to the transform at once, so an output chunk stays a few
 /// segments long even when the input arrives in huge chunks.
@@ -23,39 +24,66 @@ const BATCH: usize = 4 * SEGMENT_SIZE;
 /// exceeds its input by a header and a prefix and tag per segment.
 const OUT_CAPACITY: usize = BATCH + SLICE + SEGMENT_SIZE;
 
-/// Output buffers a stream keeps. Batches are split off them and come back for reuse once
-/// the consumer (hyper's write queue, which holds two or three) has dropped them: a fresh
-/// allocation per batch cost a page fault per 4 KiB, as the allocator handed the memory
-/// back to the kernel between batches, and a growing vector cost copies.
-const POOL: usize = 3;
+/// Spare output buffers a stream keeps. Each batch is handed on as the buffer it was
+/// written into, which comes back to the shelf when the consumer (hyper's write queue,
+/// which holds two or three) drops the batch: a fresh allocation per batch cost a page
+/// fault per 4 KiB, as the allocator handed the memory back to the kernel between batches,
+/// and a buffer that comes back keeps its memory initialised (see [`Output`]).
+const SHELF: usize = 3;
+
+type Shelf = Mutex<Vec<Vec<u8>>>;
+
+/// A batch's buffer while the consumer holds the batch; it goes back on its stream's
+/// shelf when dropped, or is freed if the stream is gone or the shelf full.
+struct Lent {
+    buf: Vec<u8>,
+    len: usize,
+    shelf: Weak<Shelf>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let Some(home) = self.shelf.upgrade() else {
+            return;
+        };
+        // A poisoned lock only means another holder panicked; the memory is then freed.
+        if let Ok(mut spare) = home.lock()
+            && spare.len() < SHELF
+        {
+            spare.push(std::mem::take(&mut self.buf));
+        }
+    }
+}
 
 struct State<S, T> {
     input: S,
     t: T,
     pending: Option<Bytes>,
     done: bool,
-    pool: Vec<BytesMut>,
-    next: usize,
+    shelf: Arc<Shelf>,
 }
 
 impl<S, T> State<S, T> {
-    /// A buffer with room for a batch: a pooled one whose batches are all dropped, else a
-    /// new one (which replaces a pooled one still in use once the pool is full).
-    fn buffer(&mut self) -> (usize, BytesMut) {
-        if let Some(i) = self
-            .pool
-            .iter_mut()
-            .position(|b| b.try_reclaim(OUT_CAPACITY))
-        {
-            return (i, std::mem::take(&mut self.pool[i]));
-        }
-        let fresh = BytesMut::with_capacity(OUT_CAPACITY);
-        if self.pool.len() < POOL {
-            self.pool.push(BytesMut::new());
-            return (self.pool.len() - 1, fresh);
-        }
-        self.next = (self.next + 1) % POOL;
-        (self.next, fresh)
+    /// An output with room for a batch: a buffer back from the consumer, else a new one.
+    fn buffer(&self) -> Output {
+        let spare = self.shelf.lock().ok().and_then(|mut s| s.pop());
+        Output::reuse(spare.unwrap_or_else(|| Vec::with_capacity(OUT_CAPACITY)))
+    }
+
+    /// Hands `out` on as one batch, without copying it.
+    fn lend(&self, out: Output) -> Bytes {
+        let (buf, len) = out.into_parts();
+        Bytes::from_owner(Lent {
+            buf,
+            len,
+            shelf: Arc::downgrade(&self.shelf),
+        })
     }
 }
 
@@ -65,7 +93,7 @@ where
     T: Transform,
 {
     /// Feeds one chunk (or the end) to the transform.
-    fn feed(&mut self, chunk: Option<io::Result<Bytes>>, out: &mut BytesMut) -> Result<()> {
+    fn feed(&mut self, chunk: Option<io::Result<Bytes>>, out: &mut Output) -> Result<()> {
         match chunk {
             Some(Ok(mut c)) => {
                 if c.len() > SLICE {
@@ -94,11 +122,14 @@ where
         t,
         pending: None,
         done: false,
-        pool: Vec::with_capacity(POOL),
-        next: 0,
+        shelf: Arc::new(Mutex::new(Vec::with_capacity(SHELF))),
     };
     stream::unfold(state, |mut st| async move {
-        let (slot, mut out) = st.buffer();
+        // Set by the end of the input or the first error, whose batch has gone out.
+        if st.done {
+            return None;
+        }
+        let mut out = st.buffer();
         loop {
             if st.done || out.len() >= BATCH {
                 break;
@@ -119,8 +150,10 @@ where
                 return Some((Err(e), st));
             }
         }
-        let batch = out.split().freeze();
-        st.pool[slot] = out;
-        (!batch.is_empty()).then_some((Ok(batch), st))
+        if out.is_empty() {
+            return None;
+        }
+        let batch = st.lend(out);
+        Some((Ok(batch), st))
     })
 }

@@ -1,8 +1,7 @@
 //! The push interface shared by every sealer and opener, so one set of stream adapters
 //! serves them all.
 
-use bytes::BytesMut;
-
+use crate::Output;
 use crate::Result;
 
 /// A byte transformer fed in pieces: input in, output appended to `out`.
@@ -11,14 +10,14 @@ pub trait Transform {
     ///
     /// # Errors
     /// Whatever the transformer detects in its input.
-    fn update(&mut self, input: &[u8], out: &mut BytesMut) -> Result<()>;
+    fn update(&mut self, input: &[u8], out: &mut Output) -> Result<()>;
 
     /// Ends the input; checks that it ended where it may and emits what was held back.
     /// Call it once.
     ///
     /// # Errors
     /// Whatever the transformer detects at the end, such as truncation.
-    fn finish(&mut self, out: &mut BytesMut) -> Result<()>;
+    fn finish(&mut self, out: &mut Output) -> Result<()>;
 
     /// Runs the whole of `input` through and returns the output: for small inputs and tests.
     ///
@@ -28,9 +27,9 @@ pub trait Transform {
     where
         Self: Sized,
     {
-        let mut out = BytesMut::new();
+        let mut out = Output::new();
         self.update(input, &mut out)?;
         self.finish(&mut out)?;
-        Ok(out.into())
+        Ok(out.into_vec())
     }
 }

@@ -12,6 +12,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use common::{keyring, plaintext, seal_multipart, seal_single};
+use futures::StreamExt as _;
 use kura_keys::{BodyOpener, Cipher, ObjectName, ObjectReader, Transform};
 use proptest::prelude::*;
 
@@ -118,6 +119,42 @@ proptest! {
         let keep = (cut % body.len() as u64) as usize;
         prop_assert!(open_all(&kr, &body[..keep]).is_err());
     }
+
+    /// `transform_stream` hands each batch on as the buffer it was written into and takes
+    /// it back once dropped: batches still held must never change (the sealed stream is
+    /// kept whole before it is opened), and buffers that come back must not leak old bytes
+    /// into new batches (the opened stream drops each batch as it goes).
+    #[test]
+    fn streams_in_any_chunking_round_trip(len in 0usize..12 * SEG, step in 1usize..3 * SEG, c in cipher()) {
+        let kr = Arc::new(keyring());
+        let data = plaintext(len, 11);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let name = ObjectName::new("b", "k").unwrap();
+        let sealer = kura_keys::PartSealer::single_part(&kr, &name, c).unwrap();
+        let held: Vec<bytes::Bytes> = rt.block_on(
+            kura_keys::transform_stream(chunks(&data, step), sealer).map(Result::unwrap).collect(),
+        );
+        let body = held.concat();
+        prop_assert_eq!(open_all(&kr, &body).unwrap(), data.clone());
+        let opener = BodyOpener::new(kr.clone(), "b".into(), "k".into());
+        let opened = rt.block_on(
+            kura_keys::transform_stream(chunks(&body, step / 2 + 1), opener)
+                .fold(Vec::new(), |mut v, b| async move { v.extend_from_slice(&b.unwrap()); v }),
+        );
+        prop_assert_eq!(opened, data);
+    }
+}
+
+/// `data` as a stream of `step`-byte chunks.
+fn chunks(
+    data: &[u8],
+    step: usize,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin + Send {
+    let pieces: Vec<_> = data
+        .chunks(step)
+        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+        .collect();
+    futures::stream::iter(pieces)
 }
 
 #[test]
@@ -275,7 +312,7 @@ fn byte_at_a_time_input_opens() {
     let data = plaintext(SEG + 3, 9);
     let body = seal_single(&kr, "b", "k", Cipher::Aes256Gcm, &data);
     let mut o = BodyOpener::new(kr, "b".into(), "k".into());
-    let mut out = bytes::BytesMut::new();
+    let mut out = kura_keys::Output::new();
     for b in &body {
         o.update(std::slice::from_ref(b), &mut out).unwrap();
     }

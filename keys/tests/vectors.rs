@@ -59,7 +59,7 @@ fn check(v: &Vector) -> Result<(), String> {
     let expect = v.fields["expect"].as_str();
     // The streaming reader, fed in uneven pieces to exercise every buffering path.
     let mut opener = BodyOpener::new(kr.clone(), bucket.clone(), key.clone());
-    let mut out = bytes::BytesMut::new();
+    let mut out = kura_keys::Output::new();
     let mut result = Ok(());
     for piece in v.body.chunks(7919) {
         result = opener.update(piece, &mut out);
