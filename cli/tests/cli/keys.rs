@@ -36,6 +36,20 @@ fn kura_file_stdin(args: &[&str], stdin: &Path) -> Output {
         .unwrap()
 }
 
+/// Arguments of `kura keys encrypt` or `decrypt` for object `key` in bucket `b`.
+fn crypt<'a>(op: &'a str, key_file: &'a str, key: &'a str) -> [&'a str; 8] {
+    [
+        "keys",
+        op,
+        "--key-file",
+        key_file,
+        "--bucket",
+        "b",
+        "--key",
+        key,
+    ]
+}
+
 fn data(len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i * 7 + i / 251).to_le_bytes()[0])
@@ -59,19 +73,7 @@ fn encrypt_then_decrypt_whole_and_ranges() {
     let kf = generate(dir.path());
     let kf = kf.to_str().unwrap();
     let plain = data(300_000);
-    let obj = kura(
-        &[
-            "keys",
-            "encrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "a/b",
-        ],
-        &plain,
-    );
+    let obj = kura(&crypt("encrypt", kf, "a/b"), &plain);
     assert!(obj.status.success());
     assert_ne!(
         &obj.stdout[200..1000],
@@ -80,16 +82,7 @@ fn encrypt_then_decrypt_whole_and_ranges() {
     );
     let obj_path = dir.path().join("obj");
     std::fs::write(&obj_path, &obj.stdout).unwrap();
-    let base = [
-        "keys",
-        "decrypt",
-        "--key-file",
-        kf,
-        "--bucket",
-        "b",
-        "--key",
-        "a/b",
-    ];
+    let base = crypt("decrypt", kf, "a/b");
     // Through a pipe, and from a seekable stdin.
     assert_eq!(kura(&base, &obj.stdout).stdout, plain);
     assert_eq!(kura_file_stdin(&base, &obj_path).stdout, plain);
@@ -123,51 +116,14 @@ fn wrong_name_or_tampering_exits_nonzero_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
     let kf = generate(dir.path());
     let kf = kf.to_str().unwrap();
-    let obj = kura(
-        &[
-            "keys",
-            "encrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        &data(100_000),
-    )
-    .stdout;
-    let out = kura(
-        &[
-            "keys",
-            "decrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "moved",
-        ],
-        &obj,
-    );
+    let obj = kura(&crypt("encrypt", kf, "k"), &data(100_000)).stdout;
+    let out = kura(&crypt("decrypt", kf, "moved"), &obj);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("header failed authentication"));
     let mut bad = obj.clone();
     bad[70_000] ^= 4;
-    let out = kura(
-        &[
-            "keys",
-            "decrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        &bad,
-    );
+    let out = kura(&crypt("decrypt", kf, "k"), &bad);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("failed authentication"));
     // Only the first, authentic segment may have been written.
@@ -179,20 +135,7 @@ fn rotation_keeps_old_objects_readable_and_writes_with_the_new_key() {
     let dir = tempfile::tempdir().unwrap();
     let kf = generate(dir.path());
     let kf = kf.to_str().unwrap();
-    let old = kura(
-        &[
-            "keys",
-            "encrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        b"old",
-    )
-    .stdout;
+    let old = kura(&crypt("encrypt", kf, "k"), b"old").stdout;
     assert!(
         kura(&["keys", "rotate", "--key-file", kf], b"")
             .status
@@ -210,39 +153,10 @@ fn rotation_keeps_old_objects_readable_and_writes_with_the_new_key() {
         .as_str()
         .unwrap()
         .to_string();
-    let new = kura(
-        &[
-            "keys",
-            "encrypt",
-            "--key-file",
-            kf,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        b"new",
-    )
-    .stdout;
+    let new = kura(&crypt("encrypt", kf, "k"), b"new").stdout;
     assert_eq!(hex::encode(&new[8..16]), active);
     assert_ne!(&old[8..16], &new[8..16]);
-    assert_eq!(
-        kura(
-            &[
-                "keys",
-                "decrypt",
-                "--key-file",
-                kf,
-                "--bucket",
-                "b",
-                "--key",
-                "k"
-            ],
-            &old
-        )
-        .stdout,
-        b"old"
-    );
+    assert_eq!(kura(&crypt("decrypt", kf, "k"), &old).stdout, b"old");
     let text = std::fs::read_to_string(kf).unwrap();
     assert!(
         !String::from_utf8_lossy(&list.stdout)
@@ -280,50 +194,10 @@ fn sealed_key_file_needs_its_passphrase() {
         .success()
     );
     assert!(!std::fs::read_to_string(&kf).unwrap().contains("secret"));
-    let obj = run(
-        &[
-            "keys",
-            "encrypt",
-            "--key-file",
-            kfs,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        Some("hunter2"),
-        b"x",
-    )
-    .stdout;
-    let out = run(
-        &[
-            "keys",
-            "decrypt",
-            "--key-file",
-            kfs,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        Some("hunter2"),
-        &obj,
-    );
+    let obj = run(&crypt("encrypt", kfs, "k"), Some("hunter2"), b"x").stdout;
+    let out = run(&crypt("decrypt", kfs, "k"), Some("hunter2"), &obj);
     assert_eq!(out.stdout, b"x");
-    let out = run(
-        &[
-            "keys",
-            "decrypt",
-            "--key-file",
-            kfs,
-            "--bucket",
-            "b",
-            "--key",
-            "k",
-        ],
-        Some("nope"),
-        &obj,
-    );
+    let out = run(&crypt("decrypt", kfs, "k"), Some("nope"), &obj);
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrong passphrase"));
     let out = run(&["keys", "list", "--key-file", kfs], None, b"");
     assert!(!out.status.success());

@@ -136,6 +136,19 @@ impl Env {
             .unwrap()
     }
 
+    /// Asserts that HEAD of `key` is 404: the object is not there.
+    pub async fn assert_absent(&self, key: &str, why: &str) {
+        let err = self
+            .client
+            .head_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(status(&err), Some(404), "{key}: {why}");
+    }
+
     pub async fn get(&self, key: &str) -> Vec<u8> {
         let out = self
             .client

@@ -334,13 +334,5 @@ async fn deletes_remove_objects() {
         .await
         .unwrap();
     assert!(list.contents().is_empty());
-    let err = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("b")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(status(&err), Some(404));
+    env.assert_absent("b", "deleted").await;
 }
