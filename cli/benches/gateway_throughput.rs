@@ -3,8 +3,9 @@
 //! CPU seconds per GiB moved, and the growth of its resident memory.
 //!
 //! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5117` for the
-//! memory check at the largest single PUT kura accepts, just under 5 GiB). The upstream is an S3 server over loopback HTTP, served by this
-//! process (see `main` for which); the client is aws-sdk-s3. Results go in `gateway/README.md`.
+//! memory check at the largest single PUT kura accepts, just under 5 GiB). The upstream is
+//! an S3 server over loopback HTTP, served by this process (see `main` for which); the
+//! client is aws-sdk-s3. Results go in `gateway/README.md`.
 
 #![allow(missing_docs, reason = "a bench binary")]
 #![allow(
@@ -369,6 +370,8 @@ async fn main() {
         Ok("unsigned") => vec![Put::Unsigned],
         _ => vec![Put::Unsigned, Put::SignedChunks, Put::Signed],
     };
+    // The gateway's CPU per GiB on the runs the forwarder repeats, to print its cost above it.
+    let (mut put_cpu, mut get_cpu) = (None, None);
     for mode in modes {
         let key = mode.key();
         let d = put(
@@ -384,6 +387,9 @@ async fn main() {
         let user0 = user_cpu(pid);
         let g = put(&via, "gateway-bench", key, &file, mode).await;
         let (cpu1, _, _) = usage(pid);
+        if matches!(mode, Put::Unsigned) {
+            put_cpu = Some((cpu1 - cpu0) / gib);
+        }
         row(mode.label(), d, g, cpu1 - cpu0, user_cpu(pid) - user0);
     }
     for (label, ranged) in [
@@ -395,6 +401,9 @@ async fn main() {
         let user0 = user_cpu(pid);
         let g_get = get(&via, "gateway-bench", "unsigned", len, ranged).await;
         let (cpu1, _, _) = usage(pid);
+        if !ranged {
+            get_cpu = Some((cpu1 - cpu0) / gib);
+        }
         row(label, d_get, g_get, cpu1 - cpu0, user_cpu(pid) - user0);
     }
     let (_, _, hwm) = usage(pid);
@@ -422,6 +431,13 @@ async fn main() {
             mbps(len, g),
             (cpu2 - cpu1) / gib
         );
+        if let (Some(p), Some(g)) = (put_cpu, get_cpu) {
+            println!(
+                "gateway CPU above the floor: PUT {:.3} s/GiB, GET {:.3} s/GiB",
+                p - (cpu1 - cpu0) / gib,
+                g - (cpu2 - cpu1) / gib
+            );
+        }
         let _ = fwd.kill();
         let _ = fwd.wait();
     }
