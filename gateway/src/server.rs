@@ -362,7 +362,19 @@ pub async fn start_with_upstream(
         admin_addr = l.local_addr().ok();
         tasks.push(tokio::spawn(accept_loop(l, app, None, true, rx)));
     }
-    tracing::info!(%addr, tls = config.tls.is_some(), "kura gateway listening");
+    if let Err(value) = kura_keys::AesBackend::env_override() {
+        tracing::warn!(
+            value,
+            "{} names no AES backend (aws-lc or ring); choosing by CPU",
+            kura_keys::AES_BACKEND_ENV
+        );
+    }
+    tracing::info!(
+        %addr,
+        tls = config.tls.is_some(),
+        aes_backend = kura_keys::AesBackend::active().name(),
+        "kura gateway listening"
+    );
     Ok(Running {
         addr,
         admin_addr,

@@ -1,6 +1,7 @@
 //! Seal and open throughput at 64 KiB segments, per cipher, on one core.
 //!
 //! `cargo bench -p kura-keys --bench throughput`; results are recorded in `keys/README.md`.
+//! `KURA_AES_BACKEND=aws-lc` or `=ring` measures one AES-256-GCM backend against the other.
 
 #![allow(
     missing_docs,
@@ -32,6 +33,12 @@ fn bench(c: &mut Criterion) {
     let data: Vec<u8> = (0..SIZE)
         .map(|i| (i * 31 + i / 4093).to_le_bytes()[0])
         .collect();
+    eprintln!(
+        "AES-256-GCM on {} (this CPU's choice: {}; {} overrides it)",
+        kura_keys::AesBackend::active().name(),
+        kura_keys::AesBackend::for_cpu().name(),
+        kura_keys::AES_BACKEND_ENV
+    );
     let mut g = c.benchmark_group("64KiB-segments");
     g.throughput(Throughput::Bytes(SIZE as u64));
     g.sample_size(20);

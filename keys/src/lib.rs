@@ -17,6 +17,7 @@
 //! Every sealer and opener holds at most one segment (or one trailer) of state, so memory
 //! does not grow with object size.
 
+mod backend;
 mod be;
 pub mod cipher;
 mod error;
@@ -39,6 +40,7 @@ mod stream;
 pub mod trailer;
 mod transform;
 
+pub use backend::{AES_BACKEND_ENV, AesBackend};
 pub use cipher::Cipher;
 pub use error::{Error, Result};
 pub use header::{

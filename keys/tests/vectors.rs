@@ -123,6 +123,7 @@ fn all_vectors() {
         .collect();
     paths.sort();
     assert!(paths.len() >= 30, "vectors missing from {}", dir.display());
+    println!("AES-256-GCM on {}", kura_keys::AesBackend::active().name());
     let failures: Vec<String> = paths
         .iter()
         .map(|p| load(p))
@@ -134,6 +135,29 @@ fn all_vectors() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The vectors on both AES-256-GCM backends, whichever this CPU picks: `all_vectors` again
+/// in a child process of this test binary with `KURA_AES_BACKEND` set.
+#[test]
+fn all_vectors_on_each_aes_backend() {
+    for backend in [kura_keys::AesBackend::AwsLc, kura_keys::AesBackend::Ring] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["all_vectors", "--exact", "--nocapture", "--test-threads=1"])
+            .env(kura_keys::AES_BACKEND_ENV, backend.name())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: {stdout}{}",
+            backend.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let used = format!("AES-256-GCM on {}", backend.name());
+        assert!(stdout.contains(&used), "{used} not in {stdout}");
+        assert!(stdout.contains("1 passed"), "{stdout}");
+    }
 }
 
 #[test]
