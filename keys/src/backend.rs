@@ -1,11 +1,13 @@
 //! Which library runs AES-256-GCM on this CPU: aws-lc-rs or ring.
 //!
-//! Neither is fastest everywhere, and on the machines kura was measured on the difference
-//! is 2x (`keys/README.md`, Throughput). aws-lc has an AVX-512 AES-GCM (VAES and
+//! Neither is fastest everywhere: on the machines kura was measured on, the AEAD calls alone
+//! differ by up to 2x, the format's throughput by 1.3-1.5x (`keys/README.md`, Throughput),
+//! and the gateway's CPU per GiB by a quarter (`gateway/README.md`). aws-lc has an AVX-512 AES-GCM (VAES and
 //! VPCLMULQDQ on 512-bit registers), about 1.5x ring's code where it runs, and seals and
 //! opens out of place; but on a CPU with VAES and VPCLMULQDQ and no AVX-512 (AMD Zen 3,
 //! Intel client cores) it falls back to its AES-NI code, while ring has a VAES-AVX2
-//! implementation that is about twice as fast there. ChaCha20-Poly1305 always runs on
+//! implementation that is about twice as fast there. (AMD Zen 4 has AVX-512 and so gets
+//! aws-lc; the two were not compared on one.) ChaCha20-Poly1305 always runs on
 //! aws-lc-rs: the two measured the same.
 //!
 //! Both produce the same bytes (the AEAD is the standard one), so the choice never affects
