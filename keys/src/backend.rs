@@ -2,7 +2,7 @@
 //!
 //! Neither is fastest everywhere: on the machines kura was measured on, the AEAD calls alone
 //! differ by up to 2x, the format's throughput by 1.3-1.5x (`keys/README.md`, Throughput),
-//! and the gateway's CPU per GiB by a quarter (`gateway/README.md`). aws-lc has an AVX-512 AES-GCM (VAES and
+//! and the gateway's CPU per GiB by 15-30 % (`gateway/README.md`). aws-lc has an AVX-512 AES-GCM (VAES and
 //! VPCLMULQDQ on 512-bit registers), about 1.5x ring's code where it runs, and seals and
 //! opens out of place; but on a CPU with VAES and VPCLMULQDQ and no AVX-512 (AMD Zen 3,
 //! Intel client cores) it falls back to its AES-NI code, while ring has a VAES-AVX2

@@ -135,19 +135,19 @@ impl AeadKey {
         in_out: &mut Vec<u8>,
         start: usize,
     ) {
-        let mut tag = [0; TAG_SIZE];
-        self.seal_in_place(nonce, aad, &mut in_out[start..], &mut tag);
+        let tag = self.seal_in_place(nonce, aad, &mut in_out[start..]);
         in_out.extend_from_slice(&tag);
     }
 
+    /// Encrypts `in_out` in place and returns the tag.
     fn seal_in_place(
         &self,
         nonce: [u8; NONCE_SIZE],
         aad: &[u8],
         in_out: &mut [u8],
-        tag_out: &mut [u8; TAG_SIZE],
-    ) {
+    ) -> [u8; TAG_SIZE] {
         const LIMITS: &str = "inputs are far below the AEAD's length limits";
+        let mut tag_out = [0; TAG_SIZE];
         match self {
             Self::AwsLc(key) => {
                 let tag = key
@@ -170,6 +170,7 @@ impl AeadKey {
                 tag_out.copy_from_slice(tag.as_ref());
             }
         }
+        tag_out
     }
 
     /// Encrypts `plaintext` into `out`, which must be `plaintext.len() + TAG_SIZE` long:
@@ -197,10 +198,7 @@ impl AeadKey {
             // leaves the segment in cache for the AEAD that follows.
             Self::Ring(_) => {
                 ciphertext.copy_from_slice(plaintext);
-                let tag: &mut [u8; TAG_SIZE] = tag
-                    .try_into()
-                    .expect("callers size `out` as plaintext plus tag");
-                self.seal_in_place(nonce, aad, ciphertext, tag);
+                tag.copy_from_slice(&self.seal_in_place(nonce, aad, ciphertext));
             }
         }
     }
