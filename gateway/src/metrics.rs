@@ -1,6 +1,6 @@
 //! Prometheus metrics, rendered by hand in the text exposition format: requests by method
 //! and status, latency histograms, operations and their errors, plaintext bytes in and out,
-//! upstream requests and upstream errors.
+//! upstream requests, upstream errors and the upstream client's retries.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,6 +26,7 @@ struct Inner {
     operation_errors: BTreeMap<(String, String), u64>,
     upstream_requests: BTreeMap<String, u64>,
     upstream_errors: BTreeMap<(String, String), u64>,
+    upstream_retries: Option<crate::upstream::RetryTally>,
     bytes_in: u64,
     bytes_out: u64,
 }
@@ -81,6 +82,11 @@ impl Metrics {
                 .entry((op.to_string(), code.to_string()))
                 .or_default() += 1;
         });
+    }
+
+    /// Reports the retries `tally` counts (the upstream client's own interceptor fills it).
+    pub(crate) fn upstream_retries_from(&self, tally: crate::upstream::RetryTally) {
+        self.with(|m| m.upstream_retries = Some(tally));
     }
 
     /// Plaintext bytes received from clients.
@@ -171,6 +177,18 @@ impl Metrics {
                 out,
                 "kura_upstream_errors_total{{operation=\"{op}\",code=\"{code}\"}} {n}"
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kura_upstream_retries_total Upstream attempts beyond the first of a call, by operation.\n# TYPE kura_upstream_retries_total counter"
+        );
+        for (op, n) in m
+            .upstream_retries
+            .as_ref()
+            .map(crate::upstream::RetryTally::snapshot)
+            .unwrap_or_default()
+        {
+            let _ = writeln!(out, "kura_upstream_retries_total{{operation=\"{op}\"}} {n}");
         }
         let _ = writeln!(
             out,

@@ -17,13 +17,18 @@ mod counted;
 mod key_locks;
 mod local;
 mod local_put;
+mod retries;
 
 pub use local::LocalDir;
+pub(crate) use retries::RetryTally;
 
 /// The upstream store.
 #[derive(Clone)]
 pub struct Upstream {
     inner: Arc<dyn S3>,
+    /// Attempts the upstream client made beyond the first of each call (empty for a local
+    /// directory, which is never retried).
+    retries: RetryTally,
 }
 
 /// Why the upstream could not be set up.
@@ -47,7 +52,10 @@ impl Upstream {
     /// Wraps any `S3` implementation as the upstream (tests use this for fault injection).
     #[must_use]
     pub fn from_s3(inner: Arc<dyn S3>) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            retries: RetryTally::default(),
+        }
     }
 
     /// Builds the upstream a config names.
@@ -89,6 +97,7 @@ impl Upstream {
                     http = http.tls_context(tls);
                 }
                 let http = http.build_https();
+                let retries = RetryTally::default();
                 let mut conf = Builder::new()
                     .behavior_version(BehaviorVersion::latest())
                     .endpoint_url(url)
@@ -100,12 +109,13 @@ impl Upstream {
                     .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
                     // A slow client uploading through the gateway stalls the upstream stream too.
                     .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-                    // Retries with exponential backoff on 5xx, throttling and timeouts; the SDK
-                    // retries only requests whose body can be replayed, so a streaming upload
-                    // is never sent twice.
+                    // Retries with exponential backoff on 5xx, throttling and transport
+                    // errors; the SDK retries only requests whose body can be replayed, so a
+                    // streaming upload is never sent twice (tests/it/retry.rs).
                     .retry_config(
                         aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(4),
                     )
+                    .interceptor(retries::CountRetries(retries.clone()))
                     .http_client(http.clone());
                 if let Some((ak, sk)) = credentials {
                     conf = conf.credentials_provider(Credentials::new(
@@ -126,18 +136,25 @@ impl Upstream {
                     }
                 }
                 let client = aws_sdk_s3::Client::from_conf(conf.build());
-                Ok(Self::from_s3(Arc::new(s3s_aws::Proxy::from(client))))
+                Ok(Self {
+                    inner: Arc::new(s3s_aws::Proxy::from(client)),
+                    retries,
+                })
             }
         }
     }
 
-    /// This upstream with every call counted in `metrics`.
+    /// This upstream with every call, and every retry of one, counted in `metrics`.
     #[must_use]
     pub fn counted(self, metrics: crate::metrics::Metrics) -> Self {
-        Self::from_s3(Arc::new(counted::Counted {
-            inner: self.inner,
-            metrics,
-        }))
+        metrics.upstream_retries_from(self.retries.clone());
+        Self {
+            inner: Arc::new(counted::Counted {
+                inner: self.inner,
+                metrics,
+            }),
+            retries: self.retries,
+        }
     }
 
     /// The upstream's `S3` implementation.

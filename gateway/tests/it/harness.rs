@@ -126,14 +126,7 @@ impl Env {
         key: &str,
         data: &[u8],
     ) -> aws_sdk_s3::operation::put_object::PutObjectOutput {
-        self.client
-            .put_object()
-            .bucket(BUCKET)
-            .key(key)
-            .body(data.to_vec().into())
-            .send()
-            .await
-            .unwrap()
+        put(&self.client, key, data).await
     }
 
     /// Asserts that HEAD of `key` is 404: the object is not there.
@@ -150,15 +143,7 @@ impl Env {
     }
 
     pub async fn get(&self, key: &str) -> Vec<u8> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(BUCKET)
-            .key(key)
-            .send()
-            .await
-            .unwrap();
-        out.body.collect().await.unwrap().into_bytes().to_vec()
+        get(&self.client, key).await
     }
 
     pub async fn get_range(&self, key: &str, range: &str) -> Result<Vec<u8>, String> {
@@ -180,6 +165,34 @@ impl Env {
             Err(e) => Err(format!("{}", aws_sdk_s3::error::DisplayErrorContext(e))),
         }
     }
+}
+
+/// PUTs `data` as `key` in [`BUCKET`]; panics on failure.
+pub async fn put(
+    client: &Client,
+    key: &str,
+    data: &[u8],
+) -> aws_sdk_s3::operation::put_object::PutObjectOutput {
+    client
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(data.to_vec().into())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// GETs the whole of `key` in [`BUCKET`]; panics on failure.
+pub async fn get(client: &Client, key: &str) -> Vec<u8> {
+    let out = client
+        .get_object()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    out.body.collect().await.unwrap().into_bytes().to_vec()
 }
 
 /// Deterministic data that does not compress and is easy to recognise.

@@ -20,5 +20,6 @@ mod lock;
 mod multipart;
 mod objects;
 mod presign;
+mod retry;
 mod server;
 mod vhost;
