@@ -1,13 +1,14 @@
-//! Every upstream call counted in the metrics, with its error code when it fails; and the
-//! one place where an upstream's deferred CompleteMultipartUpload result (s3s-fs returns it
-//! in `future`) is awaited, so no caller has to know.
+//! Every upstream call counted in the metrics, with its error code when it fails; the one
+//! place where an upstream's deferred CompleteMultipartUpload result (s3s-fs returns it in
+//! `future`) is awaited, so no caller has to know; and the one place where an error gets
+//! an error status even when the upstream's answer was a success that could not be read.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
 use std::sync::Arc;
 
 use s3s::dto::*;
-use s3s::{S3, S3Request, S3Response, S3Result};
+use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use crate::metrics::Metrics;
 
@@ -18,6 +19,20 @@ pub(crate) struct Counted {
 }
 
 impl Counted {
+    /// Counts a failed call, and makes sure its error carries an error status.
+    fn failed(&self, op: &str, e: &mut S3Error) {
+        // s3s-aws gives an error the status of the upstream's answer. When aws-sdk-s3 could
+        // not parse a 200 (a service that names an XML root differently, say), that is a
+        // 200 with an error body, which a client would take for success. (An error without
+        // a status gets its code's own from s3s.)
+        if e.status_code()
+            .is_some_and(|s| s.is_success() || s.is_informational())
+        {
+            e.set_status_code(http::StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        self.metrics.upstream_error(op, e.code().as_str());
+    }
+
     async fn complete(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
@@ -36,9 +51,9 @@ macro_rules! counted {
         impl S3 for Counted {
             async fn complete_multipart_upload(&self, req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
                 self.metrics.upstream_request("CompleteMultipartUpload");
-                let r = self.complete(req).await;
-                if let Err(e) = &r {
-                    self.metrics.upstream_error("CompleteMultipartUpload", e.code().as_str());
+                let mut r = self.complete(req).await;
+                if let Err(e) = &mut r {
+                    self.failed("CompleteMultipartUpload", e);
                 }
                 r
             }
@@ -46,9 +61,9 @@ macro_rules! counted {
             $(
                 async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
                     self.metrics.upstream_request($op);
-                    let r = self.inner.$name(req).await;
-                    if let Err(e) = &r {
-                        self.metrics.upstream_error($op, e.code().as_str());
+                    let mut r = self.inner.$name(req).await;
+                    if let Err(e) = &mut r {
+                        self.failed($op, e);
                     }
                     r
                 }

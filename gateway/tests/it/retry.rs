@@ -1,7 +1,8 @@
 //! Upstream faults: the gateway retries an idempotent upstream call that failed with a 5xx,
-//! never sends a streaming upload twice, and counts its retries in `/metrics`. s3s-fs never
-//! fails on demand, so a forwarding proxy that answers chosen requests with 503 SlowDown
-//! (`MockFaultProxy`, a mock by name) sits between the gateway and the real s3s-fs server.
+//! never sends a streaming upload twice, counts its retries in `/metrics`, and answers an
+//! upstream success it cannot read with an error status. s3s-fs never fails on demand, so a
+//! forwarding proxy that answers chosen requests with a fault (`MockFaultProxy`, a mock by
+//! name) sits between the gateway and the real s3s-fs server.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,12 +21,21 @@ use crate::harness::{
     AK, BUCKET, SK, client, code, data, gateway_config, get, put, raw_http, start_upstream, status,
 };
 
-type Rule = (Method, fn(&str) -> bool, usize);
+/// What the proxy answers instead of forwarding.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// 503 SlowDown, as a loaded S3 service answers.
+    SlowDown,
+    /// 200 with an XML body that is no S3 answer (seen from S3 emulators that name an
+    /// answer's root element differently).
+    UnreadableOk,
+}
+
+type Rule = (Method, fn(&str) -> bool, usize, Fault);
 
 /// Forwards every request to `target` over HTTP, except that it answers the next `n`
-/// requests a rule matches (by method and path with query) with 503 SlowDown, after reading
-/// their bodies, as a loaded S3 service does. A mock, for a fault no real server produces on
-/// demand.
+/// requests a rule matches (by method and path with query) with the rule's [`Fault`], after
+/// reading their bodies. A mock, for faults no real server produces on demand.
 struct MockFaultProxy {
     addr: SocketAddr,
     rules: Arc<Mutex<Vec<Rule>>>,
@@ -57,9 +67,10 @@ impl MockFaultProxy {
         Self { addr, rules, seen }
     }
 
-    /// Fails the next `n` requests with `method` whose path and query satisfy `matches`.
-    fn fail_next(&self, method: Method, matches: fn(&str) -> bool, n: usize) {
-        self.rules.lock().unwrap().push((method, matches, n));
+    /// Answers the next `n` requests with `method` whose path and query satisfy `matches`
+    /// with `fault`.
+    fn fail_next(&self, method: Method, matches: fn(&str) -> bool, n: usize, fault: Fault) {
+        self.rules.lock().unwrap().push((method, matches, n, fault));
     }
 
     /// How many requests with `method` on a path `matches` accepts were answered with
@@ -83,28 +94,38 @@ impl MockFaultProxy {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        let fail = {
+        let fault = {
             let mut rules = rules.lock().unwrap();
             rules
                 .iter_mut()
-                .find(|(m, matches, n)| *m == method && *n > 0 && matches(&path))
-                .map(|rule| rule.2 -= 1)
-                .is_some()
+                .find(|(m, matches, n, _)| *m == method && *n > 0 && matches(&path))
+                .map(|rule| {
+                    rule.2 -= 1;
+                    rule.3
+                })
         };
-        let resp = if fail {
+        let resp = if let Some(fault) = fault {
             let mut body = req.into_body();
             while let Some(frame) = body.frame().await {
                 if frame.is_err() {
                     break;
                 }
             }
-            Response::builder()
-                .status(503)
-                .header("content-type", "application/xml")
-                .body(Either::Right(Full::new(Bytes::from_static(
+            let (status, body): (u16, &'static [u8]) = match fault {
+                Fault::SlowDown => (
+                    503,
                     b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
                       <Message>Please reduce your request rate.</Message></Error>",
-                ))))
+                ),
+                Fault::UnreadableOk => (
+                    200,
+                    b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NotAnS3Answer/>",
+                ),
+            };
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/xml")
+                .body(Either::Right(Full::new(Bytes::from_static(body))))
                 .unwrap()
         } else {
             let stream = tokio::net::TcpStream::connect(target).await.unwrap();
@@ -167,7 +188,7 @@ async fn upstream_503_on_get_is_retried_and_counted() {
     let (_upstream, proxy, gateway, client) = env().await;
     let body = data(200 * 1024, 31);
     put(&client, "r", &body).await;
-    proxy.fail_next(Method::GET, object_path, 2);
+    proxy.fail_next(Method::GET, object_path, 2, Fault::SlowDown);
     assert!(
         get(&client, "r").await == body,
         "the retried GET returns the plaintext"
@@ -180,7 +201,7 @@ async fn upstream_503_on_get_is_retried_and_counted() {
     );
 
     // A listing (a GET with a query) is retried the same way.
-    proxy.fail_next(Method::GET, is_listing, 1);
+    proxy.fail_next(Method::GET, is_listing, 1, Fault::SlowDown);
     let listed = client
         .list_objects_v2()
         .bucket(BUCKET)
@@ -200,7 +221,7 @@ async fn upstream_503_on_get_is_retried_and_counted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_503_on_streaming_put_is_not_resent() {
     let (_upstream, proxy, gateway, client) = env().await;
-    proxy.fail_next(Method::PUT, object_path, 1);
+    proxy.fail_next(Method::PUT, object_path, 1, Fault::SlowDown);
     let body = data(200 * 1024, 32);
     let err = client
         .put_object()
@@ -234,4 +255,30 @@ async fn upstream_503_on_streaming_put_is_not_resent() {
     // The client's own retry goes through.
     put(&client, "r", &body).await;
     assert!(get(&client, "r").await == body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreadable_upstream_success_is_not_a_success() {
+    let (_upstream, proxy, gateway, client) = env().await;
+    proxy.fail_next(
+        Method::GET,
+        |p| p.starts_with("/bucket") && p.contains("versioning"),
+        10,
+        Fault::UnreadableOk,
+    );
+    let err = client
+        .get_bucket_versioning()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(500), "{err:?}");
+    assert_eq!(code(&err).as_deref(), Some("InternalError"));
+    let text = metrics(&gateway).await;
+    assert!(
+        text.contains(
+            "kura_upstream_errors_total{operation=\"GetBucketVersioning\",code=\"InternalError\"} 1"
+        ),
+        "{text}"
+    );
 }
