@@ -3,22 +3,18 @@ what was started, print the table and `N passed, N failed`, and exit zero only w
 failures are exactly `conformance/known-failures`."""
 
 import argparse
-import os
-import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from . import report
 from .context import Ctx
+from .gateway import KURA, start_gateway
 from .scenarios import ALL
-from .upstreams import ROOT, UPSTREAMS, free_port, stop_process, wait_for_port
-
-KURA = ROOT / "target" / "release" / "kura"
+from .upstreams import ROOT, UPSTREAMS, stop_process
 
 
 def parse_args():
@@ -30,34 +26,6 @@ def parse_args():
     p.add_argument("--update-readme", action="store_true", help="write the table into conformance/README.md")
     p.add_argument("--restic-mib", type=int, default=1024, help="size of restic's backup set (default 1024)")
     return p.parse_args()
-
-
-def start_gateway(work, upstream, log):
-    """`kura gateway` in front of the upstream, with a fresh key file and one client key."""
-    key_file = work / "kura-keys.toml"
-    subprocess.run([KURA, "keys", "generate", "--out", key_file], check=True, capture_output=True)
-    port = free_port()
-    access_key, secret_key = "conformance", secrets.token_hex(20)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(
-        AWS_ACCESS_KEY_ID=upstream.access_key,
-        AWS_SECRET_ACCESS_KEY=upstream.secret_key,
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_CONFIG_FILE=str(work / "none"),
-        AWS_SHARED_CREDENTIALS_FILE=str(work / "none"),
-        KURA_ACCESS_KEY_ID=access_key,
-        KURA_SECRET_ACCESS_KEY=secret_key,
-        KURA_LOG=os.environ.get("KURA_LOG", "info"),
-    )
-    proc = subprocess.Popen(
-        [KURA, "gateway", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url,
-         "--upstream-region", upstream.region, "--path-style", "--key-file", key_file],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    wait_for_port(port, proc, "kura gateway")
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
-        assert r.status == 200
-    return proc, port, access_key, secret_key
 
 
 def main():

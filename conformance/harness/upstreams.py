@@ -1,6 +1,7 @@
 """The upstream S3 services the gateway forwards to: s3s-fs as a separate process (the
 default), Garage as a single loopback node (`--upstream garage`), or a real bucket service
-given by environment variables (`--upstream external`, never in CI)."""
+given by environment variables (`--upstream external`, never in CI). Also moto's server,
+for the one scenario that needs a versioned bucket (`scenarios/versioned.py`)."""
 
 import os
 import re
@@ -8,6 +9,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -73,6 +75,13 @@ class Upstream:
     def bucket_name(self, client):
         return f"conf-{client}"
 
+    def on_free_port(self):
+        """A free loopback port and fresh credentials, for an upstream this harness starts."""
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.access_key = "upstream-" + secrets.token_hex(4)
+        self.secret_key = secrets.token_hex(20)
+
     def stop(self):
         stop_process(self.proc)
 
@@ -89,10 +98,7 @@ class S3sFs(Upstream):
         self.version = "s3s-fs 0.14.1 (conformance/tools s3s-fs-upstream, own process)"
         self.dir = Path(work) / "s3s-fs"
         self.dir.mkdir()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.access_key = "upstream-" + secrets.token_hex(4)
-        self.secret_key = secrets.token_hex(20)
+        self.on_free_port()
 
     def start(self, log):
         self.proc = subprocess.Popen(
@@ -167,6 +173,31 @@ api_bind_addr = "127.0.0.1:{admin}"
         self.access_key = re.search(r"Key ID:\s*(\S+)", out).group(1)
         self.secret_key = re.search(r"Secret key:\s*(\S+)", out).group(1)
         self.garage("key", "allow", "--create-bucket", "kura-gateway")
+
+
+class Moto(Upstream):
+    """moto's S3 server (PyPI `moto[server]`, in the harness's virtualenv) on loopback: an
+    S3 emulator written for tests, used only because neither s3s-fs nor Garage keeps object
+    versions. It names the XML root of some answers differently from S3
+    (`ListPartsResponse`, `GetBucketVersioningResponse`), which aws-sdk-s3 rejects, so
+    multipart uploads and GetBucketVersioning through the gateway fail on it; it is not
+    offered as `--upstream`."""
+
+    name = "moto"
+
+    def __init__(self, work):
+        import moto  # noqa: PLC0415 -- only this upstream needs it
+
+        self.binary = Path(sys.executable).parent / "moto_server"
+        self.version = f"moto_server {moto.__version__}"
+        # moto accepts any credentials.
+        self.on_free_port()
+
+    def start(self, log):
+        self.proc = subprocess.Popen(
+            [self.binary, "-H", "127.0.0.1", "-p", str(self.port)], stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_for_port(self.port, self.proc, "moto_server")
 
 
 class External(Upstream):

@@ -1,10 +1,11 @@
-//! Prometheus metrics, rendered by hand in the text exposition format: requests by method
-//! and status, latency histograms, operations and their errors, plaintext bytes in and out,
+//! Prometheus metrics, rendered by hand in the text exposition format: requests by S3
+//! operation and status, latency histograms by operation, operations and their errors,
+//! plaintext bytes in and out,
 //! upstream requests, upstream errors and the upstream client's retries.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const BUCKETS: [f64; 12] = [
@@ -31,6 +32,24 @@ struct Inner {
     bytes_out: u64,
 }
 
+/// Where the S3 handler writes the name of the operation a request turned out to be, for the
+/// HTTP layer that counts the request once it is answered. A request refused before any
+/// operation ran (a bad signature, say) leaves it empty.
+#[derive(Clone, Default)]
+pub(crate) struct OperationSlot(Arc<OnceLock<&'static str>>);
+
+impl OperationSlot {
+    /// Records the operation; only the first call counts.
+    pub(crate) fn set(&self, op: &'static str) {
+        let _ = self.0.set(op);
+    }
+
+    /// The operation's name, or `none` when no operation ran.
+    pub(crate) fn label(&self) -> &'static str {
+        self.0.get().copied().unwrap_or("none")
+    }
+}
+
 /// The gateway's counters; cheap to clone, shared by all requests.
 #[derive(Clone, Default)]
 pub struct Metrics(Arc<Mutex<Inner>>);
@@ -42,11 +61,14 @@ impl Metrics {
         }
     }
 
-    /// One HTTP request finished.
-    pub fn request(&self, method: &str, status: u16, elapsed: Duration) {
+    /// One HTTP request was answered; `operation` is the S3 operation's name (or an admin
+    /// endpoint's, or `none`), `elapsed` the time to the response headers.
+    pub fn request(&self, operation: &str, status: u16, elapsed: Duration) {
         self.with(|m| {
-            *m.requests.entry((method.to_string(), status)).or_default() += 1;
-            let h = m.latency.entry(method.to_string()).or_default();
+            *m.requests
+                .entry((operation.to_string(), status))
+                .or_default() += 1;
+            let h = m.latency.entry(operation.to_string()).or_default();
             let s = elapsed.as_secs_f64();
             for (i, b) in BUCKETS.iter().enumerate() {
                 if s <= *b {
@@ -106,38 +128,38 @@ impl Metrics {
         let Ok(m) = self.0.lock() else { return out };
         let _ = writeln!(
             out,
-            "# HELP kura_requests_total HTTP requests by method and status.\n# TYPE kura_requests_total counter"
+            "# HELP kura_requests_total HTTP requests by S3 operation and status.\n# TYPE kura_requests_total counter"
         );
-        for ((method, status), n) in &m.requests {
+        for ((op, status), n) in &m.requests {
             let _ = writeln!(
                 out,
-                "kura_requests_total{{method=\"{method}\",status=\"{status}\"}} {n}"
+                "kura_requests_total{{operation=\"{op}\",status=\"{status}\"}} {n}"
             );
         }
         let _ = writeln!(
             out,
-            "# HELP kura_request_duration_seconds HTTP request latency by method.\n# TYPE kura_request_duration_seconds histogram"
+            "# HELP kura_request_duration_seconds Time to response headers by S3 operation.\n# TYPE kura_request_duration_seconds histogram"
         );
-        for (method, h) in &m.latency {
+        for (op, h) in &m.latency {
             for (b, c) in BUCKETS.iter().zip(h.counts) {
                 let _ = writeln!(
                     out,
-                    "kura_request_duration_seconds_bucket{{method=\"{method}\",le=\"{b}\"}} {c}"
+                    "kura_request_duration_seconds_bucket{{operation=\"{op}\",le=\"{b}\"}} {c}"
                 );
             }
             let _ = writeln!(
                 out,
-                "kura_request_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}",
+                "kura_request_duration_seconds_bucket{{operation=\"{op}\",le=\"+Inf\"}} {}",
                 h.count
             );
             let _ = writeln!(
                 out,
-                "kura_request_duration_seconds_sum{{method=\"{method}\"}} {}",
+                "kura_request_duration_seconds_sum{{operation=\"{op}\"}} {}",
                 h.sum
             );
             let _ = writeln!(
                 out,
-                "kura_request_duration_seconds_count{{method=\"{method}\"}} {}",
+                "kura_request_duration_seconds_count{{operation=\"{op}\"}} {}",
                 h.count
             );
         }

@@ -22,7 +22,7 @@ use tracing::Instrument as _;
 use crate::config::{GatewayConfig, TlsFiles};
 use crate::credentials::Credentials;
 use crate::gateway::Gateway;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OperationSlot};
 use crate::upstream::{Upstream, UpstreamError, request};
 
 /// How long a shutdown waits for in-flight requests.
@@ -81,20 +81,6 @@ struct App {
     admin_elsewhere: bool,
 }
 
-/// The method as a metrics label: the standard ones by name, anything else as `OTHER`, so a
-/// client cannot grow the metrics with made-up methods.
-fn method_label(m: &http::Method) -> &'static str {
-    match *m {
-        http::Method::GET => "GET",
-        http::Method::PUT => "PUT",
-        http::Method::POST => "POST",
-        http::Method::HEAD => "HEAD",
-        http::Method::DELETE => "DELETE",
-        http::Method::OPTIONS => "OPTIONS",
-        _ => "OTHER",
-    }
-}
-
 fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
     let mut r = Response::new(s3s::Body::from(body));
     *r.status_mut() = status;
@@ -102,9 +88,11 @@ fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
 }
 
 impl App {
-    async fn admin(&self, path: &str) -> Option<Response<s3s::Body>> {
-        match path {
-            "/healthz" => Some(text(StatusCode::OK, "ok\n".into())),
+    /// The admin endpoint at `path`, if there is one, as (its name as a metrics label, its
+    /// response).
+    async fn admin(&self, path: &str) -> Option<(&'static str, Response<s3s::Body>)> {
+        let resp = match path {
+            "/healthz" => ("healthz", text(StatusCode::OK, "ok\n".into())),
             "/readyz" => {
                 // Ready when the upstream answers.
                 let up = self
@@ -112,13 +100,14 @@ impl App {
                     .s3()
                     .list_buckets(request(s3s::dto::ListBucketsInput::default()))
                     .await;
-                Some(match up {
+                let resp = match up {
                     Ok(_) => text(StatusCode::OK, "ready\n".into()),
                     Err(e) => text(
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!("upstream not ready: {}\n", e.code().as_str()),
                     ),
-                })
+                };
+                ("readyz", resp)
             }
             "/metrics" => {
                 let mut r = text(StatusCode::OK, self.metrics.render());
@@ -126,19 +115,23 @@ impl App {
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("text/plain; version=0.0.4"),
                 );
-                Some(r)
+                ("metrics", r)
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        Some(resp)
     }
 
     async fn handle(
         self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         admin_only: bool,
     ) -> Result<Response<s3s::Body>, s3s::HttpError> {
         let started = Instant::now();
-        let method = method_label(req.method());
+        let method = req.method().clone();
+        let operation = OperationSlot::default();
+        // s3s hands the request's extensions to the operation, which names itself there.
+        req.extensions_mut().insert(operation.clone());
         let request_id = format!("{:016x}", rand_u64());
         let span = tracing::info_span!("request", id = %request_id, method = %method, path = %req.uri().path());
         let expects_continue = req
@@ -162,7 +155,10 @@ impl App {
                 None
             };
             let mut resp = match admin {
-                Some(r) => r,
+                Some((name, r)) => {
+                    operation.set(name);
+                    r
+                }
                 None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
                 None => self.s3.call(req.map(s3s::Body::from)).await?,
             };
@@ -181,8 +177,14 @@ impl App {
                 );
             }
             let status = resp.status().as_u16();
-            self.metrics.request(method, status, started.elapsed());
-            tracing::info!(status, elapsed_ms = started.elapsed().as_millis(), "served");
+            let operation = operation.label();
+            self.metrics.request(operation, status, started.elapsed());
+            tracing::info!(
+                operation,
+                status,
+                elapsed_ms = started.elapsed().as_millis(),
+                "served"
+            );
             Ok(resp)
         }
         .instrument(span)

@@ -19,6 +19,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::gateway::Gateway;
+use crate::metrics::OperationSlot;
 
 impl Gateway {
     async fn counted<T>(
@@ -47,6 +48,9 @@ macro_rules! ops {
         impl S3 for Gateway {
             $(
                 async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    if let Some(slot) = req.extensions.get::<OperationSlot>() {
+                        slot.set($op);
+                    }
                     self.counted($op, $imp(self, req)).await
                 }
             )*

@@ -136,7 +136,18 @@ async fn health_ready_and_metrics_answer() {
         text.contains("kura_operations_total{operation=\"PutObject\"} 1"),
         "{text}"
     );
-    assert!(text.contains("kura_request_duration_seconds_bucket"));
+    assert!(
+        text.contains("kura_requests_total{operation=\"PutObject\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kura_requests_total{operation=\"healthz\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kura_request_duration_seconds_count{operation=\"PutObject\"} 1"),
+        "{text}"
+    );
     assert!(
         text.contains("kura_upstream_requests_total{operation=\"PutObject\"} 1"),
         "{text}"
@@ -153,6 +164,28 @@ async fn health_ready_and_metrics_answer() {
     let text = String::from_utf8(body).unwrap();
     assert!(
         text.contains("kura_upstream_errors_total{operation=\"HeadObject\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("kura_requests_total{operation=\"HeadObject\",status=\"404\"} 1"),
+        "{text}"
+    );
+    // A request refused before any operation ran is counted as `none`.
+    let bad_secret = client(env.gateway.addr, crate::harness::AK, "wrong-secret");
+    let _ = bad_secret
+        .list_objects_v2()
+        .bucket(crate::harness::BUCKET)
+        .send()
+        .await
+        .unwrap_err();
+    let (_, _, body) = crate::harness::raw_http("GET", &format!("{base}/metrics"), b"").await;
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.contains("kura_requests_total{operation=\"none\",status=\"403\"}"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("kura_requests_total{operation=\"ListObjectsV2\""),
         "{text}"
     );
     assert!(!text.contains(SK), "metrics must not carry secrets");

@@ -1,0 +1,40 @@
+"""`kura gateway` as its own process in front of an upstream, with a fresh key file and
+one client key: the harness's gateway, and any scenario that needs one of its own."""
+
+import os
+import secrets
+import subprocess
+import urllib.request
+
+from .upstreams import ROOT, free_port, wait_for_port
+
+KURA = ROOT / "target" / "release" / "kura"
+
+
+def start_gateway(work, upstream, log):
+    """Starts the gateway, waits until `/readyz` answers 200, and returns
+    `(process, port, access_key, secret_key)`. Key file and stray files go into `work`."""
+    key_file = work / "kura-keys.toml"
+    subprocess.run([KURA, "keys", "generate", "--out", key_file], check=True, capture_output=True)
+    port = free_port()
+    access_key, secret_key = "conformance", secrets.token_hex(20)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ACCESS_KEY_ID=upstream.access_key,
+        AWS_SECRET_ACCESS_KEY=upstream.secret_key,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(work / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(work / "none"),
+        KURA_ACCESS_KEY_ID=access_key,
+        KURA_SECRET_ACCESS_KEY=secret_key,
+        KURA_LOG=os.environ.get("KURA_LOG", "info"),
+    )
+    proc = subprocess.Popen(
+        [KURA, "gateway", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url,
+         "--upstream-region", upstream.region, "--path-style", "--key-file", key_file],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    wait_for_port(port, proc, "kura gateway")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
+        assert r.status == 200
+    return proc, port, access_key, secret_key
