@@ -226,7 +226,7 @@ async fn collect(blob: Option<StreamingBlob>, limit: usize) -> S3Result<Vec<u8>>
     Ok(out)
 }
 
-fn total_from_content_range(cr: Option<&str>) -> Option<u64> {
+pub(crate) fn total_from_content_range(cr: Option<&str>) -> Option<u64> {
     cr?.rsplit_once('/')?.1.parse().ok()
 }
 

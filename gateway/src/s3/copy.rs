@@ -1,9 +1,12 @@
 //! CopyObject and UploadPartCopy.
 //!
 //! CopyObject re-wraps instead of re-encrypting: the body's segments stay as they are and
-//! only the 164-byte header changes (bound to the new name). A copy onto itself (a metadata
-//! update) stays entirely server-side. A copy to another name streams the stored bytes
-//! through the gateway once, swapping the header; nothing is decrypted.
+//! only the 164-byte header changes (bound to the new name, and holding the same data key).
+//! The new header and the stored bytes after it, up to [`THROUGH_GATEWAY`], pass through
+//! the gateway (nothing is decrypted); the rest of a larger object stays where it is and the
+//! upstream copies it server-side into a multipart upload (UploadPartCopy, pieces of up to
+//! 5 GB), so objects of any size copy, beyond the 5 GiB of one PUT. The kura body is the
+//! same bytes however the store cuts its parts.
 //!
 //! UploadPartCopy must re-encrypt: the part belongs to another object with another key. It
 //! reads the source range through the gateway's range path and seals it as the part.
@@ -19,13 +22,23 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use super::get::{Conditions, stored_len};
+use super::lock;
+use super::multipart::{CopyFrom, abort_on_error, complete_own, copy_parts, create_like};
 use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, keys_error, locate, seal_metadata, verify_body_header,
+    META_KEY, META_SEALED, check_key, forget, keys_error, locate, seal_metadata,
+    total_from_content_range, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
+
+/// Stored bytes of a copy that pass through the gateway: the new header and the body up to
+/// here go up as one PUT, or as the first part of a multipart upload whose other parts the
+/// upstream copies. 8 MiB: above the 5 MiB minimum part of S3 and B2.
+const THROUGH_GATEWAY: u64 = 8 << 20;
+// A locked copy buffers its first part to send its MD5 (lock.rs), one part at most.
+const _: () = assert!(THROUGH_GATEWAY <= lock::PART as u64);
 
 fn source(cs: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match cs {
@@ -71,6 +84,10 @@ pub(super) async fn copy_object(
         bucket: src_bucket.clone(),
         key: src_key.clone(),
         version_id: src_version.clone(),
+        range: Some(Range::Int {
+            first: 0,
+            last: Some(THROUGH_GATEWAY - 1),
+        }),
         ..Default::default()
     };
     let mut got = gw.upstream.s3().get_object(request(src)).await?.output;
@@ -79,7 +96,8 @@ pub(super) async fn copy_object(
     conditions
         .check(&src_etag, got.last_modified.as_ref())
         .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))?;
-    let ciphertext_len = stored_len(got.content_length)?;
+    let through = stored_len(got.content_length)?;
+    let ciphertext_len = total_from_content_range(got.content_range.as_deref()).unwrap_or(through);
     let (verified, rest, blob) =
         verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
     let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
@@ -110,13 +128,11 @@ pub(super) async fn copy_object(
         m
     };
     let stream = futures::stream::iter([Ok(bytes::Bytes::copy_from_slice(&new_header)), Ok(rest)]);
-    let stream = futures::StreamExt::chain(stream, blob);
+    let first = body::sized(futures::StreamExt::chain(stream, blob), through);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let put = PutObjectInput {
         bucket: input.bucket,
         key: input.key,
-        body: Some(body::sized(stream, ciphertext_len)),
-        content_length: Some(i64::try_from(ciphertext_len).unwrap_or(i64::MAX)),
         metadata: Some(metadata),
         content_type: if replace {
             input.content_type
@@ -144,20 +160,91 @@ pub(super) async fn copy_object(
         object_lock_legal_hold_status: input.object_lock_legal_hold_status,
         ..Default::default()
     };
-    let out = gw.upstream.s3().put_object(request(put)).await;
+    let from = CopyFrom {
+        bucket: &src_bucket,
+        key: &src_key,
+        version: src_version.as_deref(),
+        etag: got.e_tag.clone(),
+    };
+    let out = store_copy(gw, put, first, (through, ciphertext_len), &from).await;
     forget(gw, &bucket, &key).await;
-    let out = out?.output;
+    let (e_tag, version_id) = out?;
     let output = CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
-            e_tag: out.e_tag.as_ref().map(etag::to_client),
+            e_tag: e_tag.as_ref().map(etag::to_client),
             last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
             ..Default::default()
         }),
-        version_id: out.version_id,
+        version_id,
         copy_source_version_id: got.version_id,
         ..Default::default()
     };
     Ok(S3Response::new(output))
+}
+
+/// Stores a copy made with `put`'s settings: `first` is its first `through` stored bytes
+/// (the new header and what follows it), and the rest up to `total` is copied server-side
+/// from `from`. Returns the stored object's ETag and version.
+async fn store_copy(
+    gw: &Gateway,
+    put: PutObjectInput,
+    first: StreamingBlob,
+    (through, total): (u64, u64),
+    from: &CopyFrom<'_>,
+) -> S3Result<(Option<ETag>, Option<String>)> {
+    let locked = lock::is_locked(&put);
+    if total <= through {
+        let out = if locked {
+            lock::put_locked(gw, put, first, through).await?
+        } else {
+            let put = PutObjectInput {
+                body: Some(first),
+                content_length: Some(i64::try_from(through).unwrap_or(i64::MAX)),
+                ..put
+            };
+            gw.upstream.s3().put_object(request(put)).await?.output
+        };
+        return Ok((out.e_tag, out.version_id));
+    }
+    let (bucket, key) = (put.bucket.as_str(), put.key.as_str());
+    let id = gw
+        .upstream
+        .s3()
+        .create_multipart_upload(request(create_like(&put)))
+        .await?
+        .output
+        .upload_id
+        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
+    let result = async {
+        let (content_md5, body) = if locked {
+            // Object Lock wants the MD5 of what is stored (lock.rs): one bounded buffer.
+            let body = lock::read_all(first, through).await?;
+            (Some(lock::md5_b64(&body)), s3s::Body::from(body).into())
+        } else {
+            (None, first)
+        };
+        let part = UploadPartInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: id.clone(),
+            part_number: 1,
+            content_md5,
+            content_length: Some(i64::try_from(through).unwrap_or(i64::MAX)),
+            body: Some(body),
+            ..Default::default()
+        };
+        let out = gw.upstream.s3().upload_part(request(part)).await?.output;
+        let mut parts = vec![CompletedPart {
+            e_tag: out.e_tag,
+            part_number: Some(1),
+            ..Default::default()
+        }];
+        parts.extend(copy_parts(gw, (bucket, key, &id), from, through..total, 2).await?);
+        let out = complete_own(gw, (bucket, key, &id), parts).await?;
+        Ok((out.e_tag, out.version_id))
+    }
+    .await;
+    abort_on_error(gw, bucket, key, &id, result).await
 }
 
 fn parse_copy_range(r: &str) -> S3Result<(u64, u64)> {

@@ -18,7 +18,7 @@ use crate::gateway::Gateway;
 use crate::upstream::request;
 
 /// Ciphertext bytes per buffered part (above S3's 5 MiB minimum).
-const PART: usize = 8 << 20;
+pub(super) const PART: usize = 8 << 20;
 
 /// Whether a PUT carries Object Lock settings.
 pub(super) fn is_locked(input: &PutObjectInput) -> bool {
@@ -27,7 +27,7 @@ pub(super) fn is_locked(input: &PutObjectInput) -> bool {
         || input.object_lock_legal_hold_status.is_some()
 }
 
-fn md5_b64(b: &[u8]) -> String {
+pub(super) fn md5_b64(b: &[u8]) -> String {
     B64.encode(Md5::checksum(b))
 }
 
@@ -53,6 +53,20 @@ async fn next_part(blob: &mut StreamingBlob, carry: &mut Option<Bytes>) -> S3Res
     Ok((!buf.is_empty()).then(|| buf.freeze()))
 }
 
+/// Reads the whole of `blob`, which is `len` bytes of at most [`PART`].
+pub(super) async fn read_all(mut blob: StreamingBlob, len: u64) -> S3Result<Bytes> {
+    let mut carry = None;
+    let body = next_part(&mut blob, &mut carry).await?.unwrap_or_default();
+    if body.len() as u64 != len || carry.is_some() {
+        return Err(s3_error!(
+            InternalError,
+            "upstream sent {} bytes, not {len}",
+            body.len()
+        ));
+    }
+    Ok(body)
+}
+
 /// Stores `blob` (ciphertext of `len` bytes) with `template`'s settings, each request
 /// carrying the MD5 of its body.
 pub(super) async fn put_locked(
@@ -72,20 +86,7 @@ pub(super) async fn put_locked(
         };
         return Ok(gw.upstream.s3().put_object(request(put)).await?.output);
     }
-    let create = CreateMultipartUploadInput {
-        bucket: template.bucket.clone(),
-        key: template.key.clone(),
-        metadata: template.metadata,
-        content_type: template.content_type,
-        content_encoding: template.content_encoding,
-        content_disposition: template.content_disposition,
-        cache_control: template.cache_control,
-        storage_class: template.storage_class,
-        object_lock_mode: template.object_lock_mode,
-        object_lock_retain_until_date: template.object_lock_retain_until_date,
-        object_lock_legal_hold_status: template.object_lock_legal_hold_status,
-        ..Default::default()
-    };
+    let create = super::multipart::create_like(&template);
     let (bucket, key) = (template.bucket, template.key);
     let id = gw
         .upstream
@@ -117,19 +118,7 @@ pub(super) async fn put_locked(
             });
             number += 1;
         }
-        let done = CompleteMultipartUploadInput {
-            bucket: bucket.clone(),
-            key: key.clone(),
-            upload_id: id.clone(),
-            multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
-            ..Default::default()
-        };
-        let out = gw
-            .upstream
-            .s3()
-            .complete_multipart_upload(request(done))
-            .await?
-            .output;
+        let out = super::multipart::complete_own(gw, (&bucket, &key, &id), parts).await?;
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,

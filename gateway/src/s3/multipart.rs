@@ -389,43 +389,16 @@ async fn append_trailer(
         .upload_id
         .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
     let result = async {
-        let mut completed = Vec::new();
-        let mut offset = 0u64;
-        let mut number = 1;
-        // Equal pieces, each at most MAX_COPY_PART: none falls under S3's 5 MiB minimum.
-        let pieces = body_len.div_ceil(MAX_COPY_PART);
-        let piece = body_len.div_ceil(pieces);
-        while offset < body_len {
-            let end = (offset + piece).min(body_len) - 1;
-            let copy = UploadPartCopyInput::builder()
-                .bucket(bucket.into())
-                .key(key.into())
-                .copy_source(CopySource::Bucket {
-                    bucket: bucket.into(),
-                    key: key.into(),
-                    version_id: source_version.as_deref().map(Into::into),
-                })
-                // Only the object this upload completed, never a later write.
-                .copy_source_if_match(source_etag.clone().map(ETagCondition::ETag))
-                .copy_source_range(Some(format!("bytes={offset}-{end}")))
-                .part_number(number)
-                .upload_id(id.clone())
-                .build()
-                .map_err(|e| s3_error!(InternalError, "{e}"))?;
-            let out = gw
-                .upstream
-                .s3()
-                .upload_part_copy(request(copy))
-                .await?
-                .output;
-            completed.push(CompletedPart {
-                e_tag: out.copy_part_result.and_then(|r| r.e_tag),
-                part_number: Some(number),
-                ..Default::default()
-            });
-            offset = end + 1;
-            number += 1;
-        }
+        // Only the object this upload completed, never a later write.
+        let from = CopyFrom {
+            bucket,
+            key,
+            version: source_version.as_deref(),
+            etag: source_etag,
+        };
+        let mut completed = copy_parts(gw, (bucket, key, &id), &from, 0..body_len, 1).await?;
+        let number = i32::try_from(completed.len() + 1)
+            .map_err(|_| s3_error!(InternalError, "too many parts"))?;
         let len = trailer.len();
         let part = UploadPartInput {
             bucket: bucket.into(),
@@ -444,21 +417,7 @@ async fn append_trailer(
             part_number: Some(number),
             ..Default::default()
         });
-        let done = CompleteMultipartUploadInput {
-            bucket: bucket.into(),
-            key: key.into(),
-            upload_id: id.clone(),
-            multipart_upload: Some(CompletedMultipartUpload {
-                parts: Some(completed),
-            }),
-            ..Default::default()
-        };
-        let out = gw
-            .upstream
-            .s3()
-            .complete_multipart_upload(request(done))
-            .await?
-            .output;
+        let out = complete_own(gw, (bucket, key, &id), completed).await?;
         let etag = out
             .e_tag
             .ok_or_else(|| s3_error!(InternalError, "no ETag"))?;
@@ -466,6 +425,117 @@ async fn append_trailer(
     }
     .await;
     abort_on_error(gw, bucket, key, &id, result).await
+}
+
+/// Completes the gateway's own upstream upload `id` of `(bucket, key)` with `parts`.
+pub(super) async fn complete_own(
+    gw: &Gateway,
+    (bucket, key, id): (&str, &str, &str),
+    parts: Vec<CompletedPart>,
+) -> S3Result<CompleteMultipartUploadOutput> {
+    let done = CompleteMultipartUploadInput {
+        bucket: bucket.into(),
+        key: key.into(),
+        upload_id: id.into(),
+        multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
+        ..Default::default()
+    };
+    Ok(gw
+        .upstream
+        .s3()
+        .complete_multipart_upload(request(done))
+        .await?
+        .output)
+}
+
+/// A stored object a server-side copy reads, pinned to the version and upstream ETag the
+/// gateway saw, so that a write racing the copy is refused instead of mixed in.
+pub(super) struct CopyFrom<'a> {
+    pub(super) bucket: &'a str,
+    pub(super) key: &'a str,
+    pub(super) version: Option<&'a str>,
+    pub(super) etag: Option<ETag>,
+}
+
+/// Splits stored bytes `range` into the inclusive byte ranges of pieces of at most `max`
+/// bytes, as equal as can be: with more than one piece, each is at least `max / 2`, far
+/// above S3's 5 MiB minimum part.
+fn pieces(range: std::ops::Range<u64>, max: u64) -> Vec<(u64, u64)> {
+    let len = range.end.saturating_sub(range.start);
+    if len == 0 {
+        return Vec::new();
+    }
+    let n = len.div_ceil(max);
+    // The first `len % n` pieces take one byte more: all differ by at most one byte, so no
+    // piece before the last is a runt (the next part of an upload may follow it).
+    let (base, extra) = (len / n, len % n);
+    let mut out = Vec::new();
+    let mut offset = range.start;
+    for i in 0..n {
+        let end = offset + base + u64::from(i < extra);
+        out.push((offset, end - 1));
+        offset = end;
+    }
+    out
+}
+
+/// Copies stored bytes `range` of `from` server-side into upload `id` of `(bucket, key)`
+/// (UploadPartCopy; no byte passes through the gateway), as parts numbered from `number`.
+pub(super) async fn copy_parts(
+    gw: &Gateway,
+    (bucket, key, id): (&str, &str, &str),
+    from: &CopyFrom<'_>,
+    range: std::ops::Range<u64>,
+    mut number: i32,
+) -> S3Result<Vec<CompletedPart>> {
+    let mut completed = Vec::new();
+    for (first, last) in pieces(range, MAX_COPY_PART) {
+        let copy = UploadPartCopyInput::builder()
+            .bucket(bucket.into())
+            .key(key.into())
+            .copy_source(CopySource::Bucket {
+                bucket: from.bucket.into(),
+                key: from.key.into(),
+                version_id: from.version.map(Into::into),
+            })
+            .copy_source_if_match(from.etag.clone().map(ETagCondition::ETag))
+            .copy_source_range(Some(format!("bytes={first}-{last}")))
+            .part_number(number)
+            .upload_id(id.into())
+            .build()
+            .map_err(|e| s3_error!(InternalError, "{e}"))?;
+        let out = gw
+            .upstream
+            .s3()
+            .upload_part_copy(request(copy))
+            .await?
+            .output;
+        completed.push(CompletedPart {
+            e_tag: out.copy_part_result.and_then(|r| r.e_tag),
+            part_number: Some(number),
+            ..Default::default()
+        });
+        number += 1;
+    }
+    Ok(completed)
+}
+
+/// The CreateMultipartUpload that stores an object as `put` would, in parts.
+pub(super) fn create_like(put: &PutObjectInput) -> CreateMultipartUploadInput {
+    CreateMultipartUploadInput {
+        bucket: put.bucket.clone(),
+        key: put.key.clone(),
+        metadata: put.metadata.clone(),
+        content_type: put.content_type.clone(),
+        content_encoding: put.content_encoding.clone(),
+        content_disposition: put.content_disposition.clone(),
+        cache_control: put.cache_control.clone(),
+        storage_class: put.storage_class.clone(),
+        object_lock_mode: put.object_lock_mode.clone(),
+        object_lock_retain_until_date: put.object_lock_retain_until_date.clone(),
+        object_lock_legal_hold_status: put.object_lock_legal_hold_status.clone(),
+        ..Default::default()
+    }
 }
 
 /// Passes `result` on; when it is an error, first aborts the gateway's own upstream upload
@@ -547,4 +617,32 @@ pub(super) async fn list_uploads(
         .await?;
     // These IDs carry no secrets: they can list parts and abort, not upload more parts.
     Ok(S3Response::new(out.output))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn pieces_cover_the_range_in_equal_bounded_parts() {
+        assert!(pieces(5..5, 10).is_empty());
+        assert_eq!(pieces(0..10, 10), [(0, 9)]);
+        assert_eq!(pieces(3..14, 10), [(3, 8), (9, 13)]);
+        assert_eq!(pieces(8..38, 10), [(8, 17), (18, 27), (28, 37)]);
+        assert_eq!(pieces(0..21, 10), [(0, 6), (7, 13), (14, 20)]);
+        for (start, end, max) in [(0, 1, 1), (7, 1000, 33), (100, 10_000_007, 4_999)] {
+            let p = pieces(start..end, max);
+            assert_eq!(p.first().unwrap().0, start);
+            assert_eq!(p.last().unwrap().1, end - 1);
+            for w in p.windows(2) {
+                assert_eq!(w[0].1 + 1, w[1].0, "contiguous");
+            }
+            for &(a, b) in &p {
+                assert!(b - a < max, "at most max bytes");
+                if p.len() > 1 {
+                    assert!(b - a + 1 >= max / 2, "none much smaller than the others");
+                }
+            }
+        }
+    }
 }

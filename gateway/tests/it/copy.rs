@@ -1,8 +1,27 @@
-//! CopyObject: re-wrapping to a new name keeps the body; a self-copy updates metadata.
+//! CopyObject: re-wrapping to a new name keeps the body; a self-copy updates metadata; a
+//! large object's body is copied server-side.
 
 use aws_sdk_s3::types::MetadataDirective;
 
 use crate::harness::{BUCKET, Env, data};
+
+/// Copies `from` to `to` in the test bucket; returns the ETag of the result.
+async fn copy(env: &Env, from: &str, to: &str) -> String {
+    let out = env
+        .client
+        .copy_object()
+        .bucket(BUCKET)
+        .key(to)
+        .copy_source(format!("{BUCKET}/{from}"))
+        .send()
+        .await
+        .unwrap();
+    out.copy_object_result()
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn copy_to_another_name_rewraps_and_keeps_metadata() {
@@ -17,21 +36,7 @@ async fn copy_to_another_name_rewraps_and_keeps_metadata() {
         .send()
         .await
         .unwrap();
-    let out = env
-        .client
-        .copy_object()
-        .bucket(BUCKET)
-        .key("b")
-        .copy_source(format!("{BUCKET}/a"))
-        .send()
-        .await
-        .unwrap();
-    let etag = out
-        .copy_object_result()
-        .unwrap()
-        .e_tag()
-        .unwrap()
-        .to_string();
+    let etag = copy(&env, "a", "b").await;
     assert_eq!(env.get("b").await, body);
     assert_eq!(env.get("a").await, body);
     let head = env
@@ -97,4 +102,81 @@ async fn copy_with_replaced_metadata() {
         Some("new")
     );
     assert_eq!(env.get("a").await, b"hello");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_copy_moves_the_body_server_side() {
+    let env = Env::start().await;
+    let body = data(20 * 1024 * 1024 + 12_345, 5);
+    env.put("big", &body).await;
+    let etag = copy(&env, "big", "copy").await;
+    assert!(
+        etag.ends_with("-2\""),
+        "stored as two parts upstream (the first through the gateway, the rest copied): {etag}"
+    );
+    assert!(env.get("copy").await == body);
+    let boundary = 8 * 1024 * 1024 - 164;
+    let range = format!("bytes={}-{}", boundary - 100, boundary + 100);
+    assert!(env.get_range("copy", &range).await.unwrap() == body[boundary - 100..=boundary + 100]);
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(body.len() as i64));
+    assert_eq!(head.e_tag(), Some(etag.as_str()));
+    let listed = env
+        .client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .prefix("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.contents()[0].size(), Some(body.len() as i64));
+    let a = std::fs::read(env.stored_path(BUCKET, "big")).unwrap();
+    let b = std::fs::read(env.stored_path(BUCKET, "copy")).unwrap();
+    assert!(
+        a[164..] == b[164..],
+        "the body stays; only the header is re-wrapped"
+    );
+    assert_ne!(a[..164], b[..164]);
+    let metrics =
+        crate::harness::raw_http("GET", &format!("http://{}/metrics", env.gateway.addr), b"")
+            .await
+            .2;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics.contains("kura_upstream_requests_total{operation=\"UploadPartCopy\"} 1"),
+        "{metrics}"
+    );
+
+    // Onto itself with new metadata: the same body under the same name.
+    env.client
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/copy"))
+        .metadata_directive(MetadataDirective::Replace)
+        .metadata("k", "new")
+        .send()
+        .await
+        .unwrap();
+    assert!(env.get("copy").await == body);
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.metadata().unwrap().get("k").map(String::as_str),
+        Some("new")
+    );
+    assert_eq!(head.content_length(), Some(body.len() as i64));
 }
