@@ -1,5 +1,5 @@
-//! Object Lock uploads: the ciphertext goes up with its Content-MD5 (single PUT, or parts of
-//! bounded size), as B2 and AWS require. A recording wrapper around the real s3s-fs store
+//! Object Lock uploads and copies: the ciphertext goes up with its Content-MD5 (single PUT,
+//! or parts of bounded size), as B2 and AWS require. A recording wrapper around the real s3s-fs store
 //! checks what the gateway sent; the store itself verifies the MD5s.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
@@ -59,6 +59,12 @@ impl S3 for RecordingUpstream {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         self.inner.complete_multipart_upload(req).await
     }
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.inner.upload_part_copy(req).await
+    }
     async fn abort_multipart_upload(
         &self,
         req: S3Request<AbortMultipartUploadInput>,
@@ -116,15 +122,39 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
             "{key} round trip"
         );
     }
+    for (key, len) in [("small", 100_000), ("large", 20 << 20)] {
+        let copy = format!("{key}-copy");
+        c.copy_object()
+            .bucket(BUCKET)
+            .key(&copy)
+            .copy_source(format!("{BUCKET}/{key}"))
+            .object_lock_mode(ObjectLockMode::Governance)
+            .object_lock_retain_until_date(until)
+            .send()
+            .await
+            .unwrap();
+        let got = c
+            .get_object()
+            .bucket(BUCKET)
+            .key(&copy)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            got.body.collect().await.unwrap().into_bytes().to_vec() == data(len, 5),
+            "{copy} round trip"
+        );
+    }
     let sent = md5_sent.lock().unwrap().clone();
     assert_eq!(
         sent.len(),
-        1 + 3,
-        "one PUT for the small object, three 8 MiB parts for the large one"
+        1 + 3 + 1 + 1,
+        "PUT: one for the small object, three 8 MiB parts for the large one; copies: one PUT \
+         for the small one, the first part of the large one (the rest is copied upstream)"
     );
     assert!(
         sent.iter().all(|s| *s),
-        "every locked upload request carries Content-MD5"
+        "every locked upload request carries Content-MD5: {sent:?}"
     );
     gw.shutdown().await;
 }
