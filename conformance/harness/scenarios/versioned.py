@@ -129,13 +129,25 @@ def steps(ctx, upstream, port, ak, sk):
         check(g["ETag"] == c["CopyObjectResult"]["ETag"], f"GET ETag {g['ETag']}, copy said {c['CopyObjectResult']['ETag']}")
         check(g.get("VersionId") == c.get("VersionId"), f"GET version {g.get('VersionId')}, copy made {c.get('VersionId')}")
 
+    big = os.urandom((20 << 20) + 7)
+    with ctx.step(CLIENT, "copy_object of an old 20 MiB version (server-side parts)"):
+        first = s3.put_object(Bucket=bucket, Key="big", Body=big)["VersionId"]
+        s3.put_object(Bucket=bucket, Key="big", Body=b"small")
+        c = s3.copy_object(Bucket=bucket, Key="big", CopySource={"Bucket": bucket, "Key": "big", "VersionId": first})
+        # The gateway sends 8 MiB and has the upstream copy the rest (UploadPartCopy).
+        check(c["CopyObjectResult"]["ETag"].endswith('-2"'), f"copy ETag {c['CopyObjectResult']['ETag']}")
+        g = s3.get_object(Bucket=bucket, Key="big")
+        check(sha(g["Body"].read()) == sha(big), "the restored key holds other bytes")
+        sizes = [v["Size"] for v in s3.list_object_versions(Bucket=bucket, Prefix="big")["Versions"]]
+        check(sorted(sizes) == sorted([len(big), 5, len(big)]), f"listed sizes {sizes}")
+
     with ctx.step(CLIENT, "list_object_versions: pages, prefix, delimiter"):
         for i in range(3):
             for j in range(2):
                 s3.put_object(Bucket=bucket, Key=f"dir/{i}", Body=os.urandom(10 + i + j))
         whole = s3.list_object_versions(Bucket=bucket)
         want = [(v["Key"], v["VersionId"], v["Size"]) for v in whole["Versions"]]
-        check(len(want) == 9, f"{len(want)} versions listed, 9 written")
+        check(len(want) == 12, f"{len(want)} versions listed, 12 written")
         paged, kw = [], {}
         while True:
             r = s3.list_object_versions(Bucket=bucket, MaxKeys=2, **kw)
@@ -146,7 +158,7 @@ def steps(ctx, upstream, port, ak, sk):
         check(paged == want, "pages of 2 differ from the whole listing")
         r = s3.list_object_versions(Bucket=bucket, Delimiter="/")
         check([p["Prefix"] for p in r.get("CommonPrefixes", [])] == ["dir/"], f"prefixes {r.get('CommonPrefixes')}")
-        check({v["Key"] for v in r.get("Versions", [])} == {"doc"}, "delimiter listing shows keys under dir/")
+        check({v["Key"] for v in r.get("Versions", [])} == {"big", "doc"}, "delimiter listing shows keys under dir/")
         sizes = sorted(v["Size"] for v in s3.list_object_versions(Bucket=bucket, Prefix="dir/")["Versions"])
         check(sizes == [10, 11, 11, 12, 12, 13], f"sizes under dir/: {sizes}")
 
@@ -159,10 +171,11 @@ def steps(ctx, upstream, port, ak, sk):
 
     with ctx.step(CLIENT, "upstream holds only ciphertext (every version)"):
         stored = up.list_object_versions(Bucket=bucket).get("Versions", [])
-        # Nine written (two of doc, its restored copy, six under dir/), one deleted.
-        check(len(stored) == 8, f"{len(stored)} versions upstream, 8 expected")
+        # Twelve written (doc: two and a restored copy; big: two and a copy; six under
+        # dir/), one deleted.
+        check(len(stored) == 11, f"{len(stored)} versions upstream, 11 expected")
         for v in stored:
             obj = up.get_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])["Body"].read()
             check(obj[:4] == KURA_MAGIC, f"{v['Key']} {v['VersionId']}: starts {obj[:4]!r}")
-            for body in bodies.values():
+            for body in [*bodies.values(), big]:
                 check(body[50_000:50_032] not in obj, f"{v['Key']} {v['VersionId']}: plaintext found")
