@@ -1,7 +1,7 @@
 //! Prometheus metrics, rendered by hand in the text exposition format: requests by S3
 //! operation and status, latency histograms by operation, operations and their errors,
-//! plaintext bytes in and out,
-//! upstream requests, upstream errors and the upstream client's retries.
+//! plaintext bytes in and out, upstream requests, upstream errors and the upstream client's
+//! retries.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
