@@ -64,12 +64,24 @@ def run(ctx):
         for offset, count in [(0, 1), (65530, 20), (1 << 20, 3 << 20), (len(data) - 5, 100)]:
             got = ctx.run("rclone", "cat", "--offset", offset, "--count", count, f"{remote}/tree/big/twenty.bin", env=env, raw=True)
             check(got == data[offset : offset + count], f"cat --offset {offset} --count {count} differs")
+    with ctx.step(CLIENT, "server-side copyto and moveto (20 MiB)"):
+        # Within one remote rclone copies with CopyObject: the gateway sends the first 8 MiB
+        # and has the upstream copy the rest.
+        odd = (tree / "big/twenty-odd.bin").read_bytes()
+        rclone("copyto", f"{remote}/tree/big/twenty-odd.bin", f"{remote}/copied/odd.bin")
+        rclone("moveto", f"{remote}/copied/odd.bin", f"{remote}/copied/moved.bin")
+        got = ctx.run("rclone", "cat", f"{remote}/copied/moved.bin", env=env, raw=True)
+        check(got == odd, "the moved copy holds other bytes")
+        listed = rclone("lsl", f"{remote}/copied")
+        check(listed.split()[:1] == [str(len(odd))] and "moved.bin" in listed and "odd.bin" not in listed,
+              f"lsl after copyto and moveto: {listed.strip()}")
     with ctx.step(CLIENT, "upstream holds only ciphertext"):
         ctx.assert_only_ciphertext(
             bucket, samples={"tree/big/twenty.bin": big, "tree/docs/readme.txt": tree / "docs/readme.txt"}, min_objects=16
         )
     with ctx.step(CLIENT, "purge"):
         rclone("purge", f"{remote}/tree")
+        rclone("purge", f"{remote}/copied")
         left = rclone("lsf", "-R", remote)
         check(left.strip() == "", f"left after purge: {left.strip()[:200]}")
 
