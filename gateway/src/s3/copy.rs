@@ -23,7 +23,9 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use super::get::{Conditions, stored_len};
 use super::lock;
-use super::multipart::{CopyFrom, abort_on_error, complete_own, copy_parts, create_like};
+use super::multipart::{
+    CopyFrom, abort_on_error, complete_own, copy_parts, create_like, create_own,
+};
 use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
@@ -207,14 +209,7 @@ async fn store_copy(
         return Ok((out.e_tag, out.version_id));
     }
     let (bucket, key) = (put.bucket.as_str(), put.key.as_str());
-    let id = gw
-        .upstream
-        .s3()
-        .create_multipart_upload(request(create_like(&put)))
-        .await?
-        .output
-        .upload_id
-        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
+    let id = create_own(gw, create_like(&put)).await?;
     let result = async {
         let (content_md5, body) = if locked {
             // Object Lock wants the MD5 of what is stored (lock.rs): one bounded buffer.

@@ -88,14 +88,7 @@ pub(super) async fn put_locked(
     }
     let create = super::multipart::create_like(&template);
     let (bucket, key) = (template.bucket, template.key);
-    let id = gw
-        .upstream
-        .s3()
-        .create_multipart_upload(request(create))
-        .await?
-        .output
-        .upload_id
-        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
+    let id = super::multipart::create_own(gw, create).await?;
     let result = async {
         let mut parts = Vec::new();
         let mut number = 1;

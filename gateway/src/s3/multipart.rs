@@ -380,14 +380,7 @@ async fn append_trailer(
         object_lock_legal_hold_status: head.object_lock_legal_hold_status,
         ..Default::default()
     };
-    let id = gw
-        .upstream
-        .s3()
-        .create_multipart_upload(request(create))
-        .await?
-        .output
-        .upload_id
-        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))?;
+    let id = create_own(gw, create).await?;
     let result = async {
         // Only the object this upload completed, never a later write.
         let from = CopyFrom {
@@ -425,6 +418,20 @@ async fn append_trailer(
     }
     .await;
     abort_on_error(gw, bucket, key, &id, result).await
+}
+
+/// Starts an upload of the gateway's own (not a client's) upstream; returns its ID.
+pub(super) async fn create_own(
+    gw: &Gateway,
+    create: CreateMultipartUploadInput,
+) -> S3Result<String> {
+    gw.upstream
+        .s3()
+        .create_multipart_upload(request(create))
+        .await?
+        .output
+        .upload_id
+        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))
 }
 
 /// Completes the gateway's own upstream upload `id` of `(bucket, key)` with `parts`.
