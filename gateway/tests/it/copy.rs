@@ -5,6 +5,20 @@ use aws_sdk_s3::types::MetadataDirective;
 
 use crate::harness::{BUCKET, Env, data};
 
+/// Copies `key` onto itself with user metadata `k` set to `value` (and no other).
+async fn replace_metadata(env: &Env, key: &str, value: &str) {
+    env.client
+        .copy_object()
+        .bucket(BUCKET)
+        .key(key)
+        .copy_source(format!("{BUCKET}/{key}"))
+        .metadata_directive(MetadataDirective::Replace)
+        .metadata("k", value)
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Copies `from` to `to` in the test bucket; returns the ETag of the result.
 async fn copy(env: &Env, from: &str, to: &str) -> String {
     let out = env
@@ -39,14 +53,7 @@ async fn copy_to_another_name_rewraps_and_keeps_metadata() {
     let etag = copy(&env, "a", "b").await;
     assert_eq!(env.get("b").await, body);
     assert_eq!(env.get("a").await, body);
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("b")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("b").await;
     assert_eq!(
         head.e_tag(),
         Some(etag.as_str()),
@@ -79,24 +86,8 @@ async fn copy_with_replaced_metadata() {
         .send()
         .await
         .unwrap();
-    env.client
-        .copy_object()
-        .bucket(BUCKET)
-        .key("a")
-        .copy_source(format!("{BUCKET}/a"))
-        .metadata_directive(MetadataDirective::Replace)
-        .metadata("k", "new")
-        .send()
-        .await
-        .unwrap();
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("a")
-        .send()
-        .await
-        .unwrap();
+    replace_metadata(&env, "a", "new").await;
+    let head = env.head("a").await;
     assert_eq!(
         head.metadata().unwrap().get("k").map(String::as_str),
         Some("new")
@@ -118,14 +109,7 @@ async fn large_copy_moves_the_body_server_side() {
     let boundary = 8 * 1024 * 1024 - 164;
     let range = format!("bytes={}-{}", boundary - 100, boundary + 100);
     assert!(env.get_range("copy", &range).await.unwrap() == body[boundary - 100..=boundary + 100]);
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("copy")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("copy").await;
     assert_eq!(head.content_length(), Some(body.len() as i64));
     assert_eq!(head.e_tag(), Some(etag.as_str()));
     let listed = env
@@ -155,25 +139,9 @@ async fn large_copy_moves_the_body_server_side() {
     );
 
     // Onto itself with new metadata: the same body under the same name.
-    env.client
-        .copy_object()
-        .bucket(BUCKET)
-        .key("copy")
-        .copy_source(format!("{BUCKET}/copy"))
-        .metadata_directive(MetadataDirective::Replace)
-        .metadata("k", "new")
-        .send()
-        .await
-        .unwrap();
+    replace_metadata(&env, "copy", "new").await;
     assert!(env.get("copy").await == body);
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("copy")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("copy").await;
     assert_eq!(
         head.metadata().unwrap().get("k").map(String::as_str),
         Some("new")

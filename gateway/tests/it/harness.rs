@@ -142,6 +142,17 @@ impl Env {
         assert_eq!(status(&err), Some(404), "{key}: {why}");
     }
 
+    /// HEAD of `key`; panics on failure.
+    pub async fn head(&self, key: &str) -> aws_sdk_s3::operation::head_object::HeadObjectOutput {
+        self.client
+            .head_object()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, key: &str) -> Vec<u8> {
         get(&self.client, key).await
     }

@@ -90,14 +90,7 @@ async fn parallel_out_of_order_parts_with_a_short_last_part() {
     let etag = complete(&env.client, "mp", &id, done).await;
     assert!(etag.trim_matches('"').ends_with("-4"), "{etag}");
     assert_eq!(env.get("mp").await, whole);
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("mp")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("mp").await;
     assert_eq!(head.content_length(), Some(whole.len() as i64));
     assert_eq!(head.e_tag(), Some(etag.as_str()));
     let list = env
@@ -160,14 +153,7 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
         Some(whole.len() as i64),
         "listing size of an irregular object"
     );
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("irr")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("irr").await;
     assert_eq!(head.content_length(), Some(whole.len() as i64));
     assert_eq!(
         head.e_tag(),
@@ -370,13 +356,6 @@ async fn copy_of_an_irregular_object_reads_back_whole_and_by_range() {
             .unwrap()
             == whole[a..=a + 20]
     );
-    let head = env
-        .client
-        .head_object()
-        .bucket(BUCKET)
-        .key("irr-copy")
-        .send()
-        .await
-        .unwrap();
+    let head = env.head("irr-copy").await;
     assert_eq!(head.content_length(), Some(whole.len() as i64));
 }
