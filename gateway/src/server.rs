@@ -128,12 +128,11 @@ impl App {
         admin_only: bool,
     ) -> Result<Response<s3s::Body>, s3s::HttpError> {
         let started = Instant::now();
-        let method = req.method().clone();
         let operation = OperationSlot::default();
         // s3s hands the request's extensions to the operation, which names itself there.
         req.extensions_mut().insert(operation.clone());
         let request_id = format!("{:016x}", rand_u64());
-        let span = tracing::info_span!("request", id = %request_id, method = %method, path = %req.uri().path());
+        let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
         let expects_continue = req
             .headers()
             .get(http::header::EXPECT)
