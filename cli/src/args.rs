@@ -288,6 +288,11 @@ pub struct GatewayArgs {
     /// Extra CA bundle (PEM) to trust for the upstream's TLS.
     #[arg(long)]
     pub upstream_ca_bundle: Option<PathBuf>,
+    /// Seconds one attempt of an upstream call may take before it is retried, for calls
+    /// that answer in about a round trip (all but uploads and server-side copies)
+    /// [default: 30].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub upstream_timeout: Option<u64>,
     /// Key file (with --upstream, required; embedded: defaults to DATA_DIR/kura-keys.toml).
     #[arg(long, env = "KURA_KEY_FILE")]
     pub key_file: Option<PathBuf>,

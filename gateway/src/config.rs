@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kura_keys::{Cipher, Keyring};
 use serde::Deserialize;
@@ -61,6 +62,11 @@ impl SecretSource {
     }
 }
 
+/// The default time limit of one attempt of an upstream call that answers in about a round
+/// trip: far above a healthy service's answer to a listing, HEAD or delete, and below the
+/// 60 s read timeout of clients such as aws-cli, so that the gateway's retry comes first.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One client credential in the config file.
 #[derive(Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +97,9 @@ pub struct FileUpstream {
     /// Upstream secret, with `access_key_id`.
     #[serde(flatten)]
     pub secret: SecretSource,
+    /// Seconds one attempt of an upstream call may take, for calls that answer in about a
+    /// round trip (all but uploads and server-side copies), before it is retried.
+    pub timeout: Option<u64>,
 }
 
 /// The config file (`kura gateway --config FILE`). Every field has a flag of the same name
@@ -187,6 +196,9 @@ pub enum UpstreamConfig {
         ca_bundle: Option<PathBuf>,
         /// Static credentials; `None` for the AWS default chain.
         credentials: Option<(String, String)>,
+        /// Time limit of one attempt of an upstream call that answers in about a round
+        /// trip (all but uploads and server-side copies); a timed-out attempt is retried.
+        timeout: Duration,
     },
 }
 

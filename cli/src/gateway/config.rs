@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kura_gateway::config::{
-    BucketScope, ClientCredential, FileConfig, GatewayConfig, TlsFiles, UpstreamConfig,
+    BucketScope, ClientCredential, DEFAULT_UPSTREAM_TIMEOUT, FileConfig, GatewayConfig, TlsFiles,
+    UpstreamConfig,
 };
 use kura_keys::{Cipher, Keyring};
 
@@ -121,6 +123,11 @@ fn upstream_and_keyring(
             )),
             None => None,
         };
+        let timeout = match args.upstream_timeout.or(file.upstream.timeout) {
+            None => DEFAULT_UPSTREAM_TIMEOUT,
+            Some(0) => bail!("the upstream timeout is in seconds and must be at least 1"),
+            Some(secs) => Duration::from_secs(secs),
+        };
         let upstream = UpstreamConfig::S3 {
             url,
             region,
@@ -130,6 +137,7 @@ fn upstream_and_keyring(
                 .clone()
                 .or(file.upstream.ca_bundle.clone()),
             credentials: static_creds,
+            timeout,
         };
         Ok((upstream, load_keyring(&key_file)?, Vec::new()))
     } else {

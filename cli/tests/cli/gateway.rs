@@ -142,3 +142,31 @@ fn config_file_credentials_and_flags() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn upstream_timeout_of_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kura.toml");
+    std::fs::write(
+        &config,
+        "key_file = \"keys.toml\"\n\n[upstream]\nurl = \"http://127.0.0.1:1\"\ntimeout = 0\n",
+    )
+    .unwrap();
+    let from_file = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["gateway", "--config"])
+        .arg(&config)
+        .env("KURA_ACCESS_KEY_ID", "a")
+        .env("KURA_SECRET_ACCESS_KEY", "b")
+        .output()
+        .unwrap();
+    let from_flag = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["gateway", "--upstream-timeout", "0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    for (out, says) in [(from_file, "at least 1"), (from_flag, "--upstream-timeout")] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

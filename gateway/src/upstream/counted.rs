@@ -1,11 +1,13 @@
 //! Every upstream call counted in the metrics, with its error code when it fails; the one
 //! place where an upstream's deferred CompleteMultipartUpload result (s3s-fs returns it in
-//! `future`) is awaited, so no caller has to know; and the one place where an error gets
-//! an error status even when the upstream's answer was a success that could not be read.
+//! `future`) is awaited, so no caller has to know; the one place where an error gets an
+//! error status even when the upstream's answer was a success that could not be read; and
+//! the one place where every GET body gets its stall guard (`stall.rs`).
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
@@ -16,6 +18,8 @@ use crate::metrics::Metrics;
 pub(crate) struct Counted {
     pub(crate) inner: Arc<dyn S3>,
     pub(crate) metrics: Metrics,
+    /// The longest a GET body may leave a wanted read waiting, if limited.
+    pub(crate) body_stall: Option<Duration>,
 }
 
 impl Counted {
@@ -58,6 +62,21 @@ macro_rules! counted {
                 r
             }
 
+            async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+                self.metrics.upstream_request("GetObject");
+                let mut r = self.inner.get_object(req).await;
+                match &mut r {
+                    Err(e) => self.failed("GetObject", e),
+                    Ok(resp) => {
+                        if let Some(limit) = self.body_stall {
+                            let body = resp.output.body.take();
+                            resp.output.body = body.map(|b| super::stall::guard(b, limit, self.metrics.clone()));
+                        }
+                    }
+                }
+                r
+            }
+
             $(
                 async fn $name(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
                     self.metrics.upstream_request($op);
@@ -74,7 +93,6 @@ macro_rules! counted {
 
 counted! {
     put_object: PutObjectInput => PutObjectOutput = "PutObject";
-    get_object: GetObjectInput => GetObjectOutput = "GetObject";
     head_object: HeadObjectInput => HeadObjectOutput = "HeadObject";
     delete_object: DeleteObjectInput => DeleteObjectOutput = "DeleteObject";
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput = "DeleteObjects";

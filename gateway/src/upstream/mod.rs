@@ -4,6 +4,7 @@
 //! reads large enough that the upstream is not the bottleneck of a quickstart).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_s3::config::{
     BehaviorVersion, Builder, Credentials, Region, RequestChecksumCalculation,
@@ -18,6 +19,8 @@ mod key_locks;
 mod local;
 mod local_put;
 mod retries;
+mod stall;
+mod timeouts;
 
 pub use local::LocalDir;
 pub(crate) use retries::RetryTally;
@@ -29,6 +32,9 @@ pub struct Upstream {
     /// Attempts the upstream client made beyond the first of each call (empty for a local
     /// directory, which is never retried).
     retries: RetryTally,
+    /// How long a GET body may leave a wanted read waiting (`None` for a local directory,
+    /// whose reads do not stall).
+    body_stall: Option<Duration>,
 }
 
 /// Why the upstream could not be set up.
@@ -55,6 +61,7 @@ impl Upstream {
         Self {
             inner,
             retries: RetryTally::default(),
+            body_stall: None,
         }
     }
 
@@ -79,6 +86,7 @@ impl Upstream {
                 path_style,
                 ca_bundle,
                 credentials,
+                timeout,
             } => {
                 let mut http = aws_smithy_http_client::Builder::new().tls_provider(
                     aws_smithy_http_client::tls::Provider::Rustls(
@@ -116,6 +124,7 @@ impl Upstream {
                         aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(4),
                     )
                     .interceptor(retries::CountRetries(retries.clone()))
+                    .interceptor(timeouts::LimitAttempts { limit: *timeout })
                     .http_client(http.clone());
                 if let Some((ak, sk)) = credentials {
                     conf = conf.credentials_provider(Credentials::new(
@@ -139,12 +148,14 @@ impl Upstream {
                 Ok(Self {
                     inner: Arc::new(s3s_aws::Proxy::from(client)),
                     retries,
+                    body_stall: Some(*timeout),
                 })
             }
         }
     }
 
-    /// This upstream with every call, and every retry of one, counted in `metrics`.
+    /// This upstream with every call, and every retry of one, counted in `metrics`, and
+    /// its GET bodies cut when they stall.
     #[must_use]
     pub fn counted(self, metrics: crate::metrics::Metrics) -> Self {
         metrics.upstream_retries_from(self.retries.clone());
@@ -152,8 +163,10 @@ impl Upstream {
             inner: Arc::new(counted::Counted {
                 inner: self.inner,
                 metrics,
+                body_stall: self.body_stall,
             }),
             retries: self.retries,
+            body_stall: self.body_stall,
         }
     }
 

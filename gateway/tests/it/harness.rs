@@ -68,6 +68,7 @@ pub fn gateway_config(upstream: &Upstream, keyring: Arc<Keyring>) -> GatewayConf
             path_style: true,
             ca_bundle: None,
             credentials: Some((UP_AK.into(), UP_SK.into())),
+            timeout: kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT,
         },
         keyring,
         cipher: Cipher::Aes256Gcm,

@@ -54,7 +54,7 @@ async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart
 }
 
 /// Uploads `parts` in order as one multipart upload of `key`; returns the completion ETag.
-async fn put_in_parts(client: &Client, key: &str, parts: &[Vec<u8>]) -> String {
+pub(crate) async fn put_in_parts(client: &Client, key: &str, parts: &[Vec<u8>]) -> String {
     let id = create(client, key).await;
     let mut done = Vec::new();
     for (i, p) in parts.iter().enumerate() {

@@ -7,10 +7,13 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Either, Full};
+use futures::StreamExt as _;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
@@ -29,13 +32,19 @@ enum Fault {
     /// 200 with an XML body that is no S3 answer (seen from S3 emulators that name an
     /// answer's root element differently).
     UnreadableOk,
+    /// The request is forwarded only after this long, as by an upstream that hangs.
+    Delay(Duration),
+    /// The upstream's answer is forwarded up to this many body bytes, and then nothing
+    /// more is sent, as by an upstream that stops mid-body without closing.
+    StallBodyAfter(usize),
 }
 
 type Rule = (Method, fn(&str) -> bool, usize, Fault);
 
 /// Forwards every request to `target` over HTTP, except that it answers the next `n`
 /// requests a rule matches (by method and path with query) with the rule's [`Fault`], after
-/// reading their bodies. A mock, for faults no real server produces on demand.
+/// reading their bodies, or delays them. A mock, for faults no real server produces on
+/// demand.
 struct MockFaultProxy {
     addr: SocketAddr,
     rules: Arc<Mutex<Vec<Rule>>>,
@@ -43,7 +52,7 @@ struct MockFaultProxy {
     seen: Arc<Mutex<Vec<(Method, String, u16)>>>,
 }
 
-type ProxyBody = Either<Incoming, Full<Bytes>>;
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 impl MockFaultProxy {
     async fn start(target: SocketAddr) -> Self {
@@ -104,41 +113,76 @@ impl MockFaultProxy {
                     rule.3
                 })
         };
-        let resp = if let Some(fault) = fault {
-            let mut body = req.into_body();
-            while let Some(frame) = body.frame().await {
-                if frame.is_err() {
-                    break;
-                }
+        let resp = match fault {
+            None => Self::forward(req, target).await,
+            Some(Fault::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                Self::forward(req, target).await
             }
-            let (status, body): (u16, &'static [u8]) = match fault {
-                Fault::SlowDown => (
-                    503,
-                    b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
-                      <Message>Please reduce your request rate.</Message></Error>",
-                ),
-                Fault::UnreadableOk => (
-                    200,
-                    b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NotAnS3Answer/>",
-                ),
-            };
-            Response::builder()
-                .status(status)
-                .header("content-type", "application/xml")
-                .body(Either::Right(Full::new(Bytes::from_static(body))))
-                .unwrap()
-        } else {
-            let stream = tokio::net::TcpStream::connect(target).await.unwrap();
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            sender.send_request(req).await.unwrap().map(Either::Left)
+            Some(Fault::StallBodyAfter(n)) => {
+                let (parts, body) = Self::forward(req, target).await.into_parts();
+                Response::from_parts(parts, Self::stall_after(body, n).await)
+            }
+            Some(canned @ (Fault::SlowDown | Fault::UnreadableOk)) => {
+                let mut body = req.into_body();
+                while let Some(frame) = body.frame().await {
+                    if frame.is_err() {
+                        break;
+                    }
+                }
+                let (status, body): (u16, &'static [u8]) = if let Fault::SlowDown = canned {
+                    (
+                        503,
+                        b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
+                          <Message>Please reduce your request rate.</Message></Error>",
+                    )
+                } else {
+                    (
+                        200,
+                        b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NotAnS3Answer/>",
+                    )
+                };
+                Response::builder()
+                    .status(status)
+                    .header("content-type", "application/xml")
+                    .body(
+                        Full::new(Bytes::from_static(body))
+                            .map_err(|never| match never {})
+                            .boxed(),
+                    )
+                    .unwrap()
+            }
         };
         seen.lock()
             .unwrap()
             .push((method, path, resp.status().as_u16()));
         Ok(resp)
+    }
+
+    async fn forward(req: Request<Incoming>, target: SocketAddr) -> Response<ProxyBody> {
+        let stream = tokio::net::TcpStream::connect(target).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender.send_request(req).await.unwrap().map(BodyExt::boxed)
+    }
+
+    /// The first `n` bytes of `body` (whole frames), and then a body that never goes on.
+    async fn stall_after(mut body: ProxyBody, n: usize) -> ProxyBody {
+        let mut frames = Vec::new();
+        let mut sent = 0;
+        while sent < n {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    sent += frame.data_ref().map_or(0, Bytes::len);
+                    frames.push(Ok(frame));
+                }
+                _ => break,
+            }
+        }
+        let stalled = futures::stream::iter(frames).chain(futures::stream::pending());
+        BodyExt::boxed(StreamBody::new(stalled))
     }
 }
 
@@ -150,14 +194,27 @@ async fn env() -> (
     kura_gateway::server::Running,
     aws_sdk_s3::Client,
 ) {
+    env_with_timeout(kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT).await
+}
+
+/// [`env`] with `limit` on each attempt of the upstream calls that have one.
+async fn env_with_timeout(
+    limit: Duration,
+) -> (
+    crate::harness::Upstream,
+    MockFaultProxy,
+    kura_gateway::server::Running,
+    aws_sdk_s3::Client,
+) {
     let upstream = start_upstream().await;
     let proxy = MockFaultProxy::start(upstream.addr).await;
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
     let mut config = gateway_config(&upstream, keyring);
-    let UpstreamConfig::S3 { url, .. } = &mut config.upstream else {
+    let UpstreamConfig::S3 { url, timeout, .. } = &mut config.upstream else {
         unreachable!("the harness's upstream is S3")
     };
     *url = format!("http://{}", proxy.addr);
+    *timeout = limit;
     let gateway = kura_gateway::server::start(config).await.unwrap();
     let conf = client(gateway.addr, AK, SK)
         .config()
@@ -173,6 +230,21 @@ async fn metrics(gateway: &kura_gateway::server::Running) -> String {
     let (s, _, body) = raw_http("GET", &format!("http://{}/metrics", gateway.addr), b"").await;
     assert_eq!(s, 200);
     String::from_utf8(body).unwrap()
+}
+
+/// The sizes a listing of the bucket reports.
+async fn listed_sizes(client: &aws_sdk_s3::Client) -> Vec<Option<i64>> {
+    let listed = client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    listed
+        .contents()
+        .iter()
+        .map(aws_sdk_s3::types::Object::size)
+        .collect()
 }
 
 fn object_path(p: &str) -> bool {
@@ -202,14 +274,7 @@ async fn upstream_503_on_get_is_retried_and_counted() {
 
     // A listing (a GET with a query) is retried the same way.
     proxy.fail_next(Method::GET, is_listing, 1, Fault::SlowDown);
-    let listed = client
-        .list_objects_v2()
-        .bucket(BUCKET)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.contents().len(), 1);
-    assert_eq!(listed.contents()[0].size(), Some(200 * 1024));
+    assert_eq!(listed_sizes(&client).await, [Some(200 * 1024)]);
     assert_eq!(proxy.count(&Method::GET, is_listing, 503), 1);
     let text = metrics(&gateway).await;
     assert!(
@@ -281,4 +346,134 @@ async fn unreadable_upstream_success_is_not_a_success() {
         ),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hung_upstream_answer_is_cut_and_retried() {
+    let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
+    let body = data(100 * 1024, 33);
+    put(&client, "r", &body).await;
+
+    // A listing, a HEAD and a GET whose first attempt hangs for longer than the limit.
+    for (method, matches) in [
+        (Method::GET, is_listing as fn(&str) -> bool),
+        (Method::HEAD, object_path),
+        (Method::GET, object_path),
+    ] {
+        proxy.fail_next(method, matches, 1, Fault::Delay(Duration::from_secs(30)));
+    }
+    let t = Instant::now();
+    assert_eq!(listed_sizes(&client).await, [Some(100 * 1024)]);
+    let head = client
+        .head_object()
+        .bucket(BUCKET)
+        .key("r")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(100 * 1024));
+    assert!(get(&client, "r").await == body);
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "three retried calls took {:?}, as if the hung attempts were waited out",
+        t.elapsed()
+    );
+    let text = metrics(&gateway).await;
+    for op in ["ListObjectsV2", "HeadObject", "GetObject"] {
+        assert!(
+            text.contains(&format!(
+                "kura_upstream_retries_total{{operation=\"{op}\"}} 1"
+            )),
+            "{op}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_that_never_answers_is_an_error_not_a_hang() {
+    let (_upstream, proxy, _gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
+    proxy.fail_next(
+        Method::GET,
+        is_listing,
+        10,
+        Fault::Delay(Duration::from_mins(1)),
+    );
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.list_objects_v2().bucket(BUCKET).send(),
+    )
+    .await
+    .expect("the gateway answers once its attempts are spent")
+    .unwrap_err();
+    assert_eq!(status(&err), Some(500), "{err:?}");
+    assert_eq!(code(&err).as_deref(), Some("InternalError"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_upstream_upload_is_not_cut() {
+    // Uploads run as long as their bodies take: an upstream that answers a PUT and a part
+    // later than the limit on other calls still stores them, each sent once.
+    let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
+    let slow = Fault::Delay(Duration::from_secs(3));
+    proxy.fail_next(Method::PUT, object_path, 2, slow);
+    let body = data(300 * 1024, 34);
+    put(&client, "r", &body).await;
+    assert!(get(&client, "r").await == body);
+
+    crate::multipart::put_in_parts(&client, "r-parts", std::slice::from_ref(&body)).await;
+    assert!(get(&client, "r-parts").await == body);
+    assert_eq!(proxy.count(&Method::PUT, object_path, 200), 2);
+    let text = metrics(&gateway).await;
+    assert!(!text.contains("kura_upstream_retries_total{"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_body_that_stalls_is_cut_not_hung() {
+    let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
+    let body = data(3 * 1024 * 1024, 35);
+    put(&client, "r", &body).await;
+    proxy.fail_next(
+        Method::GET,
+        object_path,
+        1,
+        Fault::StallBodyAfter(256 * 1024),
+    );
+    // A client that waits as long as the gateway lets it (aws-sdk's own stall check off).
+    let patient =
+        aws_sdk_s3::Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .stalled_stream_protection(
+                    aws_sdk_s3::config::StalledStreamProtectionConfig::disabled(),
+                )
+                .build(),
+        );
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        let out = patient
+            .get_object()
+            .bucket(BUCKET)
+            .key("r")
+            .send()
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        out.body
+            .collect()
+            .await
+            .map(|b| b.into_bytes().len())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .await
+    .expect("the gateway cuts a stalled body instead of waiting for it");
+    assert!(
+        read.is_err(),
+        "a stalled body must not read as whole: {read:?}"
+    );
+    let text = metrics(&gateway).await;
+    assert!(
+        text.contains("kura_upstream_errors_total{operation=\"GetObject\",code=\"BodyStalled\"} 1"),
+        "{text}"
+    );
+    // The client's retry reads the object.
+    assert!(get(&client, "r").await == body);
 }

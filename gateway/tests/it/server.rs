@@ -247,6 +247,7 @@ async fn upstream_over_tls_with_a_custom_ca_bundle() {
             path_style: true,
             ca_bundle,
             credentials: Some((crate::harness::UP_AK.into(), crate::harness::UP_SK.into())),
+            timeout: kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT,
         };
         config
     };

@@ -57,6 +57,7 @@ impl Env {
                 path_style: true,
                 ca_bundle: None,
                 credentials: Some((UP_AK.into(), UP_SK.into())),
+                timeout: kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT,
             },
             keyring: Arc::new(Keyring::generate("test".into()).unwrap()),
             cipher: Cipher::Aes256Gcm,
