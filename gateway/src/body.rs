@@ -220,7 +220,8 @@ impl Transform for VerifyingSealer {
     }
 }
 
-type BoxedBytes = Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>;
+/// A boxed stream of body bytes.
+pub(crate) type BoxedBytes = Pin<Box<dyn Stream<Item = Result<Bytes, s3s::StdError>> + Send>>;
 
 /// A stream with a known exact length, `Send + Sync` as s3s and the SDK need.
 ///
@@ -322,10 +323,10 @@ where
     })
 }
 
-/// A blob that yields `first` and then the rest of `rest`.
+/// A stream that yields `first` and then the rest of `rest`.
 pub(crate) fn prepend(
     first: Bytes,
-    rest: StreamingBlob,
+    rest: impl Stream<Item = Result<Bytes, s3s::StdError>> + Send,
 ) -> impl Stream<Item = Result<Bytes, s3s::StdError>> + Send {
     futures::stream::once(async move { Ok(first) }).chain(rest)
 }

@@ -3,10 +3,11 @@
 //! down. A whole-object read verifies the header before it answers; a range read fetches
 //! only the segments it needs (the header comes from the cache or one small read).
 
+use kura_keys::format::HEADER_SIZE;
 use kura_keys::{BodyOpener, RangeOpener, SizeInfo};
 use s3s::dto::{
     ETag, ETagCondition, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Range,
-    Timestamp,
+    StreamingBlob, Timestamp,
 };
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
@@ -15,7 +16,7 @@ use crate::object::{
     Located, check_key, forget, keys_error, locate, locate_current, metadata_header, open_metadata,
     open_metadata_with, range_not_satisfiable, verify_body_header,
 };
-use crate::upstream::request;
+use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
 
 /// The If-* headers of a read.
@@ -202,6 +203,16 @@ pub(super) async fn get_object(
     }
     let opener = BodyOpener::after_header(verified.into_payload_key())
         .expect_trailer(size_info == SizeInfo::Trailer);
+    let origin = out.e_tag.as_ref().map(|e| Origin {
+        upstream: gw.upstream.clone(),
+        bucket,
+        key,
+        version_id: out.version_id.clone(),
+        upstream_etag: e.value().to_string(),
+        next: (HEADER_SIZE + rest.len()) as u64,
+        last: stored.saturating_sub(1),
+    });
+    let blob = mended(blob, origin);
     let plain = body::transform(body::prepend(rest, blob), opener, size);
     gw.metrics.bytes_out(size);
     let metadata = open_metadata_with(meta_header.as_ref(), out.metadata.take())?;
@@ -221,6 +232,15 @@ pub(super) async fn get_object(
         ..out
     };
     Ok(S3Response::new(output))
+}
+
+/// An upstream body that is picked up where it breaks off, when its answer named the
+/// upstream ETag that pins the rest to the same object (`origin`).
+fn mended(blob: StreamingBlob, origin: Option<Origin>) -> body::BoxedBytes {
+    match origin {
+        Some(origin) => Box::pin(resuming(blob, origin)),
+        None => Box::pin(blob),
+    }
 }
 
 /// A range or part read: locate the object, then fetch and open only its segments.
@@ -284,6 +304,16 @@ async fn get_span(
         .take()
         .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     let len = end - start + 1;
+    let origin = out.e_tag.as_ref().map(|e| Origin {
+        upstream: gw.upstream.clone(),
+        bucket: bucket.clone(),
+        key: key.clone(),
+        version_id: out.version_id.clone().or(version),
+        upstream_etag: e.value().to_string(),
+        next: ct.start,
+        last: ct.end,
+    });
+    let blob = mended(blob, origin);
     let plain = body::transform(blob, opener, len);
     gw.metrics.bytes_out(len);
     let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;

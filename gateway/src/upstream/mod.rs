@@ -18,11 +18,13 @@ mod counted;
 mod key_locks;
 mod local;
 mod local_put;
+mod resume;
 mod retries;
 mod stall;
 mod timeouts;
 
 pub use local::LocalDir;
+pub(crate) use resume::{Origin, resuming};
 pub(crate) use retries::RetryTally;
 
 /// The upstream store.

@@ -17,7 +17,7 @@ use aws_smithy_runtime_api::client::retries::RequestAttempts;
 pub(crate) struct RetryTally(Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl RetryTally {
-    fn add(&self, op: &str) {
+    pub(super) fn add(&self, op: &str) {
         if let Ok(mut m) = self.0.lock() {
             *m.entry(op.to_string()).or_default() += 1;
         }

@@ -37,6 +37,9 @@ enum Fault {
     /// The upstream's answer is forwarded up to this many body bytes, and then nothing
     /// more is sent, as by an upstream that stops mid-body without closing.
     StallBodyAfter(usize),
+    /// The upstream's answer is forwarded up to this many body bytes, and then the
+    /// connection is broken off, as by a reset.
+    CutBodyAfter(usize),
 }
 
 type Rule = (Method, fn(&str) -> bool, usize, Fault);
@@ -52,7 +55,7 @@ struct MockFaultProxy {
     seen: Arc<Mutex<Vec<(Method, String, u16)>>>,
 }
 
-type ProxyBody = BoxBody<Bytes, hyper::Error>;
+type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 impl MockFaultProxy {
     async fn start(target: SocketAddr) -> Self {
@@ -121,7 +124,11 @@ impl MockFaultProxy {
             }
             Some(Fault::StallBodyAfter(n)) => {
                 let (parts, body) = Self::forward(req, target).await.into_parts();
-                Response::from_parts(parts, Self::stall_after(body, n).await)
+                Response::from_parts(parts, Self::after(body, n, false).await)
+            }
+            Some(Fault::CutBodyAfter(n)) => {
+                let (parts, body) = Self::forward(req, target).await.into_parts();
+                Response::from_parts(parts, Self::after(body, n, true).await)
             }
             Some(canned @ (Fault::SlowDown | Fault::UnreadableOk)) => {
                 let mut body = req.into_body();
@@ -165,11 +172,16 @@ impl MockFaultProxy {
             .await
             .unwrap();
         tokio::spawn(conn);
-        sender.send_request(req).await.unwrap().map(BodyExt::boxed)
+        sender
+            .send_request(req)
+            .await
+            .unwrap()
+            .map(|b| b.map_err(Into::into).boxed())
     }
 
-    /// The first `n` bytes of `body` (whole frames), and then a body that never goes on.
-    async fn stall_after(mut body: ProxyBody, n: usize) -> ProxyBody {
+    /// The first `n` bytes of `body` (whole frames), and then an error (`cut`) or a body
+    /// that never goes on.
+    async fn after(mut body: ProxyBody, n: usize, cut: bool) -> ProxyBody {
         let mut frames = Vec::new();
         let mut sent = 0;
         while sent < n {
@@ -181,8 +193,19 @@ impl MockFaultProxy {
                 _ => break,
             }
         }
-        let stalled = futures::stream::iter(frames).chain(futures::stream::pending());
-        BodyExt::boxed(StreamBody::new(stalled))
+        let head = futures::stream::iter(frames);
+        if cut {
+            // After a pause, so that hyper has flushed what went before: an error at once
+            // can discard the answer's buffered head, which the gateway's SDK then retries
+            // as a failed call.
+            let broken = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err("cut off by MockFaultProxy".into())
+            });
+            BodyExt::boxed(StreamBody::new(head.chain(broken)))
+        } else {
+            BodyExt::boxed(StreamBody::new(head.chain(futures::stream::pending())))
+        }
     }
 }
 
@@ -427,18 +450,13 @@ async fn slow_upstream_upload_is_not_cut() {
     assert!(!text.contains("kura_upstream_retries_total{"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn upstream_body_that_stalls_is_cut_not_hung() {
-    let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
-    let body = data(3 * 1024 * 1024, 35);
-    put(&client, "r", &body).await;
-    proxy.fail_next(
-        Method::GET,
-        object_path,
-        1,
-        Fault::StallBodyAfter(256 * 1024),
-    );
-    // A client that waits as long as the gateway lets it (aws-sdk's own stall check off).
+/// Reads `key` whole (or `range`) with a client that waits as long as the gateway lets it
+/// (aws-sdk's own stall check off), within 30 s: the bytes, or the error.
+async fn patient_read(
+    client: &aws_sdk_s3::Client,
+    key: &str,
+    range: Option<&str>,
+) -> Result<Vec<u8>, String> {
     let patient =
         aws_sdk_s3::Client::from_conf(
             client
@@ -449,31 +467,104 @@ async fn upstream_body_that_stalls_is_cut_not_hung() {
                 )
                 .build(),
         );
-    let read = tokio::time::timeout(Duration::from_secs(20), async {
+    tokio::time::timeout(Duration::from_secs(30), async {
         let out = patient
             .get_object()
             .bucket(BUCKET)
-            .key("r")
+            .key(key)
+            .set_range(range.map(str::to_string))
             .send()
             .await
             .map_err(|e| format!("{e:?}"))?;
         out.body
             .collect()
             .await
-            .map(|b| b.into_bytes().len())
+            .map(|b| b.into_bytes().to_vec())
             .map_err(|e| format!("{e:?}"))
     })
     .await
-    .expect("the gateway cuts a stalled body instead of waiting for it");
-    assert!(
-        read.is_err(),
-        "a stalled body must not read as whole: {read:?}"
+    .expect("the gateway answers or cuts the body instead of waiting")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_body_that_breaks_off_is_picked_up_where_it_broke() {
+    let (_upstream, proxy, gateway, client) = env().await;
+    let body = data(3 * 1024 * 1024, 36);
+    put(&client, "r", &body).await;
+
+    // A whole read: the first answer breaks after 1 MiB, the rest comes as a range.
+    proxy.fail_next(
+        Method::GET,
+        object_path,
+        1,
+        Fault::CutBodyAfter(1024 * 1024),
     );
+    assert!(patient_read(&client, "r", None).await.unwrap() == body);
+    assert_eq!(proxy.count(&Method::GET, object_path, 200), 1);
+    assert_eq!(proxy.count(&Method::GET, object_path, 206), 1);
+
+    // A range read whose answer breaks twice. (A first range read fetches the header
+    // with a GET of its own, and caches it.)
+    let range = Some("bytes=100000-2999999");
+    assert!(patient_read(&client, "r", range).await.unwrap() == body[100_000..3_000_000]);
+    let before = proxy.count(&Method::GET, object_path, 206);
+    proxy.fail_next(Method::GET, object_path, 2, Fault::CutBodyAfter(300 * 1024));
+    assert!(patient_read(&client, "r", range).await.unwrap() == body[100_000..3_000_000]);
+    assert_eq!(proxy.count(&Method::GET, object_path, 206) - before, 3);
     let text = metrics(&gateway).await;
     assert!(
-        text.contains("kura_upstream_errors_total{operation=\"GetObject\",code=\"BodyStalled\"} 1"),
+        text.contains("kura_upstream_retries_total{operation=\"GetObject\"} 3"),
         "{text}"
     );
-    // The client's retry reads the object.
-    assert!(get(&client, "r").await == body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_body_that_keeps_breaking_ends_in_an_error() {
+    let (_upstream, proxy, _gateway, client) = env().await;
+    let body = data(3 * 1024 * 1024, 37);
+    put(&client, "r", &body).await;
+    proxy.fail_next(Method::GET, object_path, 4, Fault::CutBodyAfter(256 * 1024));
+    let read = patient_read(&client, "r", None).await;
+    assert!(
+        read.is_err(),
+        "a body that broke off must not read as whole"
+    );
+    assert_eq!(
+        proxy.count(&Method::GET, object_path, 206),
+        3,
+        "three resumes"
+    );
+    assert!(
+        get(&client, "r").await == body,
+        "the client's retry reads it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_body_that_stalls_is_cut_not_hung() {
+    let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
+    let body = data(3 * 1024 * 1024, 35);
+    put(&client, "r", &body).await;
+    // The first answer stalls after 256 KiB and so does every resumed one.
+    proxy.fail_next(
+        Method::GET,
+        object_path,
+        4,
+        Fault::StallBodyAfter(256 * 1024),
+    );
+    let read = patient_read(&client, "r", None).await;
+    assert!(read.is_err(), "a stalled body must not read as whole");
+    let text = metrics(&gateway).await;
+    assert!(
+        text.contains("kura_upstream_errors_total{operation=\"GetObject\",code=\"BodyStalled\"} 4"),
+        "{text}"
+    );
+    // One stall, and the resumed read completes the body.
+    proxy.fail_next(
+        Method::GET,
+        object_path,
+        1,
+        Fault::StallBodyAfter(256 * 1024),
+    );
+    assert!(patient_read(&client, "r", None).await.unwrap() == body);
 }
