@@ -48,7 +48,12 @@ impl Conditions {
         client_etag: &str,
         last_modified: Option<&Timestamp>,
     ) -> S3Result<()> {
-        let modified = last_modified.map(|t| time::OffsetDateTime::from(t.clone()));
+        // Clients see Last-Modified as an HTTP date, in whole seconds, and send those back;
+        // a store that keeps finer times (the embedded one) must compare what they saw.
+        let modified = last_modified.map(|t| {
+            let t = time::OffsetDateTime::from(t.clone());
+            t.replace_nanosecond(0).unwrap_or(t)
+        });
         let at = |t: &Timestamp| time::OffsetDateTime::from(t.clone());
         if let Some(c) = &self.if_match {
             if !etag::condition_matches(c, client_etag) {

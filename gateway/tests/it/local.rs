@@ -232,3 +232,54 @@ async fn head_get_and_delete_of_a_key_naming_a_directory_answer_as_s3_does() {
         body
     );
 }
+
+/// Regression: the embedded store keeps modification times finer than a second, and a
+/// client that sent back the Last-Modified it was given (whole seconds) got 412 for
+/// If-Unmodified-Since and the body again for If-Modified-Since.
+#[tokio::test(flavor = "multi_thread")]
+async fn conditions_on_the_last_modified_a_client_was_given() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    s3.put_object()
+        .bucket(BUCKET)
+        .key("t")
+        .body(data(1000, 5).into())
+        .send()
+        .await
+        .unwrap();
+    let seen = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("t")
+        .send()
+        .await
+        .unwrap()
+        .last_modified
+        .unwrap();
+    assert_eq!(seen.subsec_nanos(), 0, "an HTTP date has whole seconds");
+    let unmodified = s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("t")
+        .if_unmodified_since(seen)
+        .send()
+        .await;
+    assert!(unmodified.is_ok(), "{unmodified:?}");
+    let ranged = s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("t")
+        .range("bytes=0-9")
+        .if_unmodified_since(seen)
+        .send()
+        .await;
+    assert!(ranged.is_ok(), "{ranged:?}");
+    let modified = s3
+        .get_object()
+        .bucket(BUCKET)
+        .key("t")
+        .if_modified_since(seen)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&modified), Some(304));
+}
