@@ -241,6 +241,39 @@ pub(crate) async fn locate(
     locate_current(gw, bucket, key, version_id, None).await
 }
 
+/// [`locate`], for a request whose conditions (`hold`) are checked against what it finds.
+/// A check that fails on a cached entry is checked again against a fresh look: the object
+/// may have been replaced by another replica, or by a writer going straight to the
+/// upstream, and a client that read the new ETag with HEAD must not be refused for ever.
+pub(crate) async fn locate_checked(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    hold: impl Fn(&Located) -> S3Result<()>,
+) -> S3Result<Arc<Located>> {
+    let located = locate(gw, bucket, key, version_id).await?;
+    if hold(&located).is_ok() {
+        return Ok(located);
+    }
+    unlocate(gw, bucket, key, version_id).await;
+    let located = locate(gw, bucket, key, version_id).await?;
+    hold(&located)?;
+    Ok(located)
+}
+
+/// Drops what the cache holds for an object (its current version, and `version_id`).
+pub(crate) async fn unlocate(gw: &Gateway, bucket: &str, key: &str, version_id: Option<&str>) {
+    forget(gw, bucket, key).await;
+    gw.located
+        .invalidate(&(
+            bucket.to_string(),
+            key.to_string(),
+            version_id.map(str::to_string),
+        ))
+        .await;
+}
+
 /// [`locate`], but a cached entry counts only if its upstream ETag is `etag` (when given):
 /// another replica, or a writer going straight to the upstream, may have replaced the object.
 pub(crate) async fn locate_current(

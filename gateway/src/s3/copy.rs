@@ -21,7 +21,7 @@ use kura_keys::{ObjectName, PartSealer, RangeOpener};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use super::get::{Conditions, stored_len};
+use super::get::{Conditions, client_etag_of, stored_len};
 use super::lock;
 use super::multipart::{
     CopyFrom, abort_on_error, complete_own, copy_parts, create_like, create_own,
@@ -29,8 +29,8 @@ use super::multipart::{
 use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, keys_error, locate, seal_metadata,
-    total_from_content_range, verify_body_header,
+    META_KEY, META_SEALED, check_key, forget, keys_error, locate_checked, seal_metadata,
+    total_from_content_range, unlocate, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
@@ -281,21 +281,18 @@ pub(super) async fn upload_part_copy(
         .ok()
         .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
         .ok_or_else(|| s3_error!(InvalidArgument, "part numbers run from 1 to 10000"))?;
-    let located = locate(gw, &src_bucket, &src_key, src_version.as_deref()).await?;
-    let src_etag = located
-        .upstream_etag
-        .as_deref()
-        .map(etag::to_client_value)
-        .unwrap_or_default();
     let conditions = Conditions {
         if_match: input.copy_source_if_match.take(),
         if_none_match: input.copy_source_if_none_match.take(),
         if_modified_since: input.copy_source_if_modified_since.take(),
         if_unmodified_since: input.copy_source_if_unmodified_since.take(),
     };
-    conditions
-        .check(&src_etag, located.last_modified.as_ref())
-        .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))?;
+    let located = locate_checked(gw, &src_bucket, &src_key, src_version.as_deref(), |l| {
+        conditions
+            .check(&client_etag_of(l), l.last_modified.as_ref())
+            .map_err(|_| s3_error!(PreconditionFailed, "a copy-source condition did not hold"))
+    })
+    .await?;
     let size = located.size();
     let (start, end) = match input.copy_source_range.as_deref() {
         Some(r) => parse_copy_range(r)?,
@@ -317,9 +314,9 @@ pub(super) async fn upload_part_copy(
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
         .map_err(|e| keys_error(&e))?;
     let get = GetObjectInput {
-        bucket: src_bucket,
-        key: src_key,
-        version_id: src_version,
+        bucket: src_bucket.clone(),
+        key: src_key.clone(),
+        version_id: src_version.clone(),
         range: Some(Range::Int {
             first: ct.start,
             last: Some(ct.end),
@@ -330,11 +327,19 @@ pub(super) async fn upload_part_copy(
             .map(|e| ETagCondition::ETag(ETag::Strong(e))),
         ..Default::default()
     };
-    let src_blob = gw
-        .upstream
-        .s3()
-        .get_object(request(get))
-        .await?
+    let got = match gw.upstream.s3().get_object(request(get)).await {
+        Err(e) if *e.code() == s3s::S3ErrorCode::PreconditionFailed => {
+            // The source was replaced since its header was cached: the client's retry
+            // finds the new one.
+            unlocate(gw, &src_bucket, &src_key, src_version.as_deref()).await;
+            return Err(s3_error!(
+                InternalError,
+                "the copy source changed while it was being read; retry"
+            ));
+        }
+        got => got?,
+    };
+    let src_blob = got
         .output
         .body
         .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;

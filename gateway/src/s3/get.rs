@@ -13,8 +13,8 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::gateway::Gateway;
 use crate::object::{
-    Located, check_key, forget, keys_error, locate, locate_current, metadata_header, open_metadata,
-    open_metadata_with, range_not_satisfiable, verify_body_header,
+    Located, check_key, keys_error, locate_checked, locate_current, metadata_header, open_metadata,
+    open_metadata_with, range_not_satisfiable, unlocate, verify_body_header,
 };
 use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
@@ -131,6 +131,15 @@ macro_rules! conditions_of {
             if_unmodified_since: $input.if_unmodified_since.clone(),
         }
     };
+}
+
+/// The ETag clients know a located object by.
+pub(super) fn client_etag_of(located: &Located) -> String {
+    located
+        .upstream_etag
+        .as_deref()
+        .map(etag::to_client_value)
+        .unwrap_or_default()
 }
 
 /// The stored (ciphertext) length an upstream reported.
@@ -259,13 +268,12 @@ async fn get_span(
         input.key.clone(),
         input.version_id.clone(),
     );
-    let located = locate(gw, &bucket, &key, version.as_deref()).await?;
-    let client_etag = located
-        .upstream_etag
-        .as_deref()
-        .map(etag::to_client_value)
-        .unwrap_or_default();
-    conditions_of!(input).check(&client_etag, located.last_modified.as_ref())?;
+    let conditions = conditions_of!(input);
+    let located = locate_checked(gw, &bucket, &key, version.as_deref(), |l| {
+        conditions.check(&client_etag_of(l), l.last_modified.as_ref())
+    })
+    .await?;
+    let client_etag = client_etag_of(&located);
     let size = located.size();
     let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
@@ -291,10 +299,7 @@ async fn get_span(
     };
     if changed {
         // The object changed since its header was cached: look again, once.
-        forget(gw, &bucket, &key).await;
-        gw.located
-            .invalidate(&(bucket.clone(), key.clone(), version.clone()))
-            .await;
+        unlocate(gw, &bucket, &key, version.as_deref()).await;
         if retry {
             return Box::pin(get_span(gw, input, false)).await;
         }

@@ -358,3 +358,76 @@ async fn sizes_follow_an_overwrite_made_through_another_replica() {
     assert_eq!(listed.contents()[0].size(), Some(10_700_010));
     other.shutdown().await;
 }
+
+/// Regression: a range read's conditions were checked against the header cached before
+/// another replica replaced the object, so a client that read the new ETag with HEAD and
+/// sent it as If-Match (as aws-cli and the Go SDK do) got 412 on every retry; so did a
+/// part copy from that object.
+#[tokio::test(flavor = "multi_thread")]
+async fn conditions_hold_against_an_object_replaced_through_another_replica() {
+    let env = Env::start().await;
+    let other = kura_gateway::server::start(crate::harness::gateway_config(
+        &env.upstream,
+        env.keyring.clone(),
+    ))
+    .await
+    .unwrap();
+    let b = crate::harness::client(other.addr, crate::harness::AK, crate::harness::SK);
+    let (old, new) = (data(100_000, 1), data(120_000, 2));
+    crate::harness::put(&env.client, "x", &old).await;
+    // This replica caches the old object's header.
+    let ranged = |if_match: String| {
+        env.client
+            .get_object()
+            .bucket(BUCKET)
+            .key("x")
+            .range("bytes=10-99")
+            .if_match(if_match)
+            .send()
+    };
+    let old_etag = env.head("x").await.e_tag.unwrap();
+    ranged(old_etag).await.unwrap();
+    crate::harness::put(&b, "x", &new).await;
+
+    let new_etag = env.head("x").await.e_tag.unwrap();
+    let got = ranged(new_etag.clone()).await.unwrap();
+    assert_eq!(got.content_range(), Some("bytes 10-99/120000"));
+    let got = got.body.collect().await.unwrap().into_bytes();
+    assert!(got == new[10..100]);
+
+    // A part copy whose source condition names the new ETag.
+    crate::harness::put(&env.client, "y", &old).await;
+    let copy_range = |client: &aws_sdk_s3::Client| {
+        client
+            .get_object()
+            .bucket(BUCKET)
+            .key("y")
+            .range("bytes=0-9")
+            .send()
+    };
+    copy_range(&env.client).await.unwrap();
+    crate::harness::put(&b, "y", &new).await;
+    let new_y = env.head("y").await.e_tag.unwrap();
+    let id = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("z")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let part = env
+        .client
+        .upload_part_copy()
+        .bucket(BUCKET)
+        .key("z")
+        .upload_id(&id)
+        .part_number(1)
+        .copy_source(format!("{BUCKET}/y"))
+        .copy_source_if_match(new_y)
+        .send()
+        .await;
+    assert!(part.is_ok(), "{part:?}");
+}
