@@ -2,6 +2,12 @@
 //! keys) and ListObjectVersions, with plaintext sizes and client ETags. Sizes of aligned
 //! objects come from the listed size alone; an object with a trailer costs its header and
 //! trailer reads once (then the cache).
+//!
+//! `encoding-type=url` (botocore asks for it on every listing) is answered here, not
+//! forwarded: the gateway needs the real keys to read trailers (a header is bound to its
+//! object's name), and s3s-fs echoes the parameter without encoding anything, so a client
+//! would decode names that were never encoded. The fields encoded are those S3 encodes
+//! and botocore decodes.
 
 #![allow(
     clippy::wildcard_imports,
@@ -15,6 +21,33 @@ use crate::etag;
 use crate::gateway::Gateway;
 use crate::object::{listed_size, locate_current};
 use crate::upstream::request;
+
+/// Bytes a listing leaves as they are under `encoding-type=url`: the unreserved ones of RFC
+/// 3986 and `/`. Everything else, `+` and `%` included, is percent-encoded, which
+/// botocore's `unquote_plus` turns back.
+const LISTING_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Whether a listing request asked for `encoding-type=url`.
+fn wants_url(encoding: Option<&EncodingType>) -> bool {
+    encoding.is_some_and(|e| e.as_str() == EncodingType::URL)
+}
+
+fn encode(v: &mut Option<String>) {
+    if let Some(s) = v {
+        *s = percent_encoding::utf8_percent_encode(s, LISTING_KEEPS).to_string();
+    }
+}
+
+fn encode_prefixes(prefixes: Option<&mut Vec<CommonPrefix>>) {
+    for p in prefixes.into_iter().flatten() {
+        encode(&mut p.prefix);
+    }
+}
 
 /// S3 treats an empty `delimiter=` or `prefix=` as absent; rclone and restic send them.
 fn non_empty(v: Option<String>) -> Option<String> {
@@ -68,6 +101,7 @@ pub(super) async fn list_objects_v2(
     input.delimiter = non_empty(input.delimiter);
     input.prefix = non_empty(input.prefix);
     input.start_after = non_empty(input.start_after);
+    let url = wants_url(input.encoding_type.take().as_ref());
     let bucket = input.bucket.clone();
     let mut out = gw
         .upstream
@@ -76,6 +110,17 @@ pub(super) async fn list_objects_v2(
         .await?
         .output;
     out.contents = map_objects(gw, &bucket, out.contents.take()).await;
+    out.encoding_type = None;
+    if url {
+        out.encoding_type = Some(EncodingType::from_static(EncodingType::URL));
+        encode(&mut out.delimiter);
+        encode(&mut out.prefix);
+        encode(&mut out.start_after);
+        for o in out.contents.iter_mut().flatten() {
+            encode(&mut o.key);
+        }
+        encode_prefixes(out.common_prefixes.as_mut());
+    }
     Ok(S3Response::new(out))
 }
 
@@ -90,7 +135,6 @@ pub(super) async fn list_objects(
         prefix: non_empty(input.prefix.clone()),
         start_after: non_empty(input.marker.clone()),
         max_keys: input.max_keys,
-        encoding_type: input.encoding_type.clone(),
         ..Default::default()
     };
     let out = gw.upstream.s3().list_objects_v2(request(up)).await?.output;
@@ -109,19 +153,29 @@ pub(super) async fn list_objects(
     let next_marker = truncated
         .then(|| last_key.into_iter().chain(last_prefix).max())
         .flatten();
-    let output = ListObjectsOutput {
+    let mut output = ListObjectsOutput {
         name: Some(input.bucket),
         prefix: input.prefix,
         delimiter: input.delimiter,
         marker: input.marker,
         max_keys: out.max_keys,
-        encoding_type: out.encoding_type,
         is_truncated: Some(truncated),
         next_marker,
         contents,
         common_prefixes: out.common_prefixes,
         ..Default::default()
     };
+    if wants_url(input.encoding_type.as_ref()) {
+        output.encoding_type = Some(EncodingType::from_static(EncodingType::URL));
+        encode(&mut output.prefix);
+        encode(&mut output.delimiter);
+        encode(&mut output.marker);
+        encode(&mut output.next_marker);
+        for o in output.contents.iter_mut().flatten() {
+            encode(&mut o.key);
+        }
+        encode_prefixes(output.common_prefixes.as_mut());
+    }
     Ok(S3Response::new(output))
 }
 
@@ -132,6 +186,7 @@ pub(super) async fn list_object_versions(
     let mut input = req.input;
     input.delimiter = non_empty(input.delimiter);
     input.prefix = non_empty(input.prefix);
+    let url = wants_url(input.encoding_type.take().as_ref());
     let bucket = input.bucket.clone();
     let mut out = gw
         .upstream
@@ -150,6 +205,21 @@ pub(super) async fn list_object_versions(
             v.checksum_algorithm = None;
             v.checksum_type = None;
         }
+    }
+    out.encoding_type = None;
+    if url {
+        out.encoding_type = Some(EncodingType::from_static(EncodingType::URL));
+        encode(&mut out.delimiter);
+        encode(&mut out.prefix);
+        encode(&mut out.key_marker);
+        encode(&mut out.next_key_marker);
+        for v in out.versions.iter_mut().flatten() {
+            encode(&mut v.key);
+        }
+        for m in out.delete_markers.iter_mut().flatten() {
+            encode(&mut m.key);
+        }
+        encode_prefixes(out.common_prefixes.as_mut());
     }
     Ok(S3Response::new(out))
 }
