@@ -260,6 +260,17 @@ pub(super) async fn complete(
     let layout = completed_layout(gw, &bucket, &key, &upstream_id, &chosen).await?;
     // Check the layout before anything is completed upstream (SPEC 5.3 rules).
     Layout::table(&layout).map_err(|e| s3_error!(InvalidPart, "{e}"))?;
+    // x-amz-mp-object-size names the plaintext total; the upstream would compare it with
+    // the stored one, so it is checked here and not sent.
+    if let Some(expected) = input.mpu_object_size {
+        let total: u64 = layout.iter().map(|p| p.len).sum();
+        if u64::try_from(expected).ok() != Some(total) {
+            return Err(s3_error!(
+                InvalidRequest,
+                "x-amz-mp-object-size is {expected}, the parts hold {total} bytes"
+            ));
+        }
+    }
     if let Some(parts) = input
         .multipart_upload
         .as_mut()

@@ -359,3 +359,48 @@ async fn copy_of_an_irregular_object_reads_back_whole_and_by_range() {
     let head = env.head("irr-copy").await;
     assert_eq!(head.content_length(), Some(whole.len() as i64));
 }
+
+/// `x-amz-mp-object-size` (the total a client expects) is checked against the plaintext
+/// of the parts chosen: a completion that leaves a part out is refused, and nothing is
+/// stored. (It was dropped unchecked; s3s-fs does not check it either.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completion_whose_expected_size_differs_is_refused() {
+    let env = Env::start().await;
+    let parts = [data(5 * MIB, 1), data(5 * MIB, 2), data(1000, 3)];
+    let id = create(&env.client, "sized").await;
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        done.push(upload(&env.client, "sized", &id, i as i32 + 1, p.clone()).await);
+    }
+    let complete_with = |parts: Vec<CompletedPart>, size: i64| {
+        env.client
+            .complete_multipart_upload()
+            .bucket(BUCKET)
+            .key("sized")
+            .upload_id(&id)
+            .mpu_object_size(size)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+    };
+    let total = (10 * MIB + 1000) as i64;
+    let err = complete_with(done[..2].to_vec(), total).await.unwrap_err();
+    assert_eq!(crate::harness::status(&err), Some(400));
+    assert_eq!(
+        crate::harness::code(&err).as_deref(),
+        Some("InvalidRequest")
+    );
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("sized")
+        .send()
+        .await;
+    assert!(head.is_err(), "nothing is stored");
+    complete_with(done, total).await.unwrap();
+    assert_eq!(env.head("sized").await.content_length, Some(total));
+}
