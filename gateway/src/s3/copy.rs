@@ -235,7 +235,7 @@ async fn store_copy(
             ..Default::default()
         }];
         parts.extend(copy_parts(gw, (bucket, key, &id), from, through..total, 2).await?);
-        let out = complete_own(gw, (bucket, key, &id), parts).await?;
+        let out = complete_own(gw, (bucket, key, &id), parts, (None, None)).await?;
         Ok((out.e_tag, out.version_id))
     }
     .await;

@@ -87,6 +87,8 @@ pub(super) async fn put_locked(
         return Ok(gw.upstream.s3().put_object(request(put)).await?.output);
     }
     let create = super::multipart::create_like(&template);
+    // The client's conditions hold for the write as a whole: the completion carries them.
+    let conditions = (template.if_match.clone(), template.if_none_match.clone());
     let (bucket, key) = (template.bucket, template.key);
     let id = super::multipart::create_own(gw, create).await?;
     let result = async {
@@ -111,7 +113,8 @@ pub(super) async fn put_locked(
             });
             number += 1;
         }
-        let out = super::multipart::complete_own(gw, (&bucket, &key, &id), parts).await?;
+        let out =
+            super::multipart::complete_own(gw, (&bucket, &key, &id), parts, conditions).await?;
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,

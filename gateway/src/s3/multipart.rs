@@ -421,7 +421,7 @@ async fn append_trailer(
             part_number: Some(number),
             ..Default::default()
         });
-        let out = complete_own(gw, (bucket, key, &id), completed).await?;
+        let out = complete_own(gw, (bucket, key, &id), completed, (None, None)).await?;
         let etag = out
             .e_tag
             .ok_or_else(|| s3_error!(InternalError, "no ETag"))?;
@@ -445,17 +445,22 @@ pub(super) async fn create_own(
         .ok_or_else(|| s3_error!(InternalError, "no upload ID"))
 }
 
-/// Completes the gateway's own upstream upload `id` of `(bucket, key)` with `parts`.
+/// Completes the gateway's own upstream upload `id` of `(bucket, key)` with `parts`, under
+/// the client's write conditions (`if_match`, `if_none_match`, in upstream terms) when the
+/// upload stands for a client's single write.
 pub(super) async fn complete_own(
     gw: &Gateway,
     (bucket, key, id): (&str, &str, &str),
     parts: Vec<CompletedPart>,
+    (if_match, if_none_match): (Option<ETagCondition>, Option<ETagCondition>),
 ) -> S3Result<CompleteMultipartUploadOutput> {
     let done = CompleteMultipartUploadInput {
         bucket: bucket.into(),
         key: key.into(),
         upload_id: id.into(),
         multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
+        if_match,
+        if_none_match,
         ..Default::default()
     };
     Ok(gw

@@ -156,5 +156,31 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
         sent.iter().all(|s| *s),
         "every locked upload request carries Content-MD5: {sent:?}"
     );
+
+    // Regression: a locked write large enough to go up in parts dropped the client's
+    // conditions, so If-None-Match: * replaced an existing object.
+    let err = c
+        .put_object()
+        .bucket(BUCKET)
+        .key("large")
+        .if_none_match("*")
+        .object_lock_mode(ObjectLockMode::Governance)
+        .object_lock_retain_until_date(until)
+        .body(ByteStream::from(data(20 << 20, 6)))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::harness::status(&err), Some(412), "{err:?}");
+    let got = c
+        .get_object()
+        .bucket(BUCKET)
+        .key("large")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        got.body.collect().await.unwrap().into_bytes().to_vec() == data(20 << 20, 5),
+        "the object stays as it was"
+    );
     gw.shutdown().await;
 }
