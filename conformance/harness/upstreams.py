@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import boto3
+import botocore.handlers
 from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ class Upstream:
     proc = None
 
     def s3(self):
-        return boto3.client(
+        client = boto3.client(
             "s3",
             endpoint_url=self.url,
             aws_access_key_id=self.access_key,
@@ -66,6 +67,13 @@ class Upstream:
             region_name=self.region,
             config=Config(s3={"addressing_style": "path"}),
         )
+        # Listings of the upstream itself ask for real names: s3s-fs echoes encoding-type=url
+        # without encoding, and botocore would then decode names such as `a+b` wrongly.
+        for op in ("ListObjects", "ListObjectsV2", "ListObjectVersions"):
+            client.meta.events.unregister(
+                f"before-parameter-build.s3.{op}", botocore.handlers.set_list_objects_encoding_type_url
+            )
+        return client
 
     def bucket(self, name):
         """The upstream bucket a client-side bucket name maps to (the same here: the
