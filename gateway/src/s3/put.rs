@@ -156,6 +156,14 @@ pub(super) async fn put_object(
         ..
     } = req;
     check_key(&input.key)?;
+    if input.write_offset_bytes.is_some() {
+        // An append (S3 Express) would add a second whole kura body to the stored one,
+        // which then no longer opens.
+        return Err(s3_error!(
+            NotImplemented,
+            "appending to an object (x-amz-write-offset-bytes) is not supported"
+        ));
+    }
     let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
     let (expect, echo) = client_expectations!(input, headers, trailing_headers)?;
     let plaintext_len = expect.len;

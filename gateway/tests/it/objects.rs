@@ -336,3 +336,28 @@ async fn deletes_remove_objects() {
     assert!(list.contents().is_empty());
     env.assert_absent("b", "deleted").await;
 }
+
+/// An append (`x-amz-write-offset-bytes`, S3 Express) is refused before anything is
+/// stored: it would add a second whole body to the stored one, which would then not open.
+#[tokio::test(flavor = "multi_thread")]
+async fn appends_are_refused_and_leave_the_object_whole() {
+    let env = Env::start().await;
+    let body = data(1000, 9);
+    crate::harness::put(&env.client, "a", &body).await;
+    let err = env
+        .client
+        .put_object()
+        .bucket(BUCKET)
+        .key("a")
+        .write_offset_bytes(1000)
+        .body(data(10, 1).into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(501), "{err:?}");
+    assert_eq!(
+        crate::harness::code(&err).as_deref(),
+        Some("NotImplemented")
+    );
+    assert!(crate::harness::get(&env.client, "a").await == body);
+}
