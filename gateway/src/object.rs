@@ -87,6 +87,8 @@ pub(crate) fn listed_size(ciphertext_len: i64) -> Option<i64> {
 /// An object whose header verified, with the keys and layout to read any byte of it.
 pub(crate) struct Located {
     pub(crate) key: Arc<PayloadKey>,
+    /// The object's `COMMITMENT` (SPEC 3), which its metadata's header copy must share.
+    pub(crate) commitment: [u8; kura_keys::format::KEY_SIZE],
     pub(crate) layout: Layout,
     pub(crate) upstream_etag: Option<String>,
     pub(crate) last_modified: Option<Timestamp>,
@@ -161,6 +163,28 @@ pub(crate) fn open_metadata(
         None
     };
     open_metadata_with(verified.as_ref(), meta)
+}
+
+/// [`open_metadata`] for a read whose body belongs to the object with `commitment`: the
+/// metadata's header copy must wrap the same data key (SPEC 7), or it was swapped in from
+/// another object (or another version of this one).
+pub(crate) fn open_metadata_of(
+    gw: &Gateway,
+    (bucket, key): (&str, &str),
+    meta: Option<Metadata>,
+    commitment: &[u8; kura_keys::format::KEY_SIZE],
+) -> S3Result<Option<Metadata>> {
+    let meta_header = metadata_header(gw, bucket, key, meta.as_ref())?;
+    if meta_header
+        .as_ref()
+        .is_some_and(|m| m.secrets().commitment() != *commitment)
+    {
+        return Err(s3_error!(
+            InternalError,
+            "the stored object's metadata belongs to another object"
+        ));
+    }
+    open_metadata_with(meta_header.as_ref(), meta)
 }
 
 /// [`open_metadata`] with the metadata's header copy already verified (by
@@ -306,6 +330,7 @@ pub(crate) async fn locate_current(
         .and_then(|h| h.verify(&gw.keyring, &name))
         .map_err(|e| keys_error(&e))?;
     let part_size = verified.header().part_size();
+    let commitment = verified.secrets().commitment();
     let payload = Arc::new(verified.into_payload_key());
     let layout = match kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))? {
         SizeInfo::Aligned(size) => Layout::regular(size, part_size).map_err(|e| keys_error(&e))?,
@@ -343,6 +368,7 @@ pub(crate) async fn locate_current(
     };
     let located = Arc::new(Located {
         key: payload,
+        commitment,
         layout,
         upstream_etag,
         last_modified,

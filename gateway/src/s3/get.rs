@@ -13,8 +13,8 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::gateway::Gateway;
 use crate::object::{
-    Located, check_key, keys_error, locate_checked, locate_current, metadata_header, open_metadata,
-    open_metadata_with, range_not_satisfiable, unlocate, verify_body_header,
+    Located, check_key, keys_error, locate_checked, locate_current, open_metadata,
+    open_metadata_of, range_not_satisfiable, unlocate, verify_body_header,
 };
 use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
@@ -204,17 +204,12 @@ pub(super) async fn get_object(
     // Verify the header before answering: a body that is not ours, or not for this name,
     // is an error response, not a 200 that breaks off.
     let (verified, rest, blob) = verify_body_header(gw, &bucket, &key, out.body.take()).await?;
-    // The metadata's header copy must wrap the same data key as the body (SPEC 7).
-    let meta_header = metadata_header(gw, &bucket, &key, out.metadata.as_ref())?;
-    if meta_header
-        .as_ref()
-        .is_some_and(|m| m.secrets().commitment() != verified.secrets().commitment())
-    {
-        return Err(s3_error!(
-            InternalError,
-            "the stored object's metadata belongs to another object"
-        ));
-    }
+    let metadata = open_metadata_of(
+        gw,
+        (&bucket, &key),
+        out.metadata.take(),
+        &verified.secrets().commitment(),
+    )?;
     let opener = BodyOpener::after_header(verified.into_payload_key())
         .expect_trailer(size_info == SizeInfo::Trailer);
     let origin = out.e_tag.as_ref().map(|e| Origin {
@@ -229,7 +224,6 @@ pub(super) async fn get_object(
     let blob = mended(blob, origin);
     let plain = body::transform(body::prepend(rest, blob), opener, size);
     gw.metrics.bytes_out(size);
-    let metadata = open_metadata_with(meta_header.as_ref(), out.metadata.take())?;
     let output = GetObjectOutput {
         body: Some(plain),
         content_length: Some(i64::try_from(size).unwrap_or(i64::MAX)),
@@ -326,7 +320,12 @@ async fn get_span(
     let blob = mended(blob, origin);
     let plain = body::transform(blob, opener, len);
     gw.metrics.bytes_out(len);
-    let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    let metadata = open_metadata_of(
+        gw,
+        (&bucket, &key),
+        out.metadata.take(),
+        &located.commitment,
+    )?;
     let output = GetObjectOutput {
         body: Some(plain),
         content_length: Some(i64::try_from(len).unwrap_or(i64::MAX)),

@@ -431,3 +431,49 @@ async fn conditions_hold_against_an_object_replaced_through_another_replica() {
         .await;
     assert!(part.is_ok(), "{part:?}");
 }
+
+/// Regression: only whole reads checked that the sealed metadata belongs to the body's
+/// object, so an upstream that swapped in the metadata of an earlier version of the same
+/// key had it returned as authentic on range reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn range_reads_refuse_metadata_from_another_version() {
+    let env = Env::start().await;
+    let put = |meta: &'static str, body: Vec<u8>| {
+        env.client
+            .put_object()
+            .bucket(BUCKET)
+            .key("m")
+            .metadata("v", meta)
+            .body(body.into())
+            .send()
+    };
+    let sidecar = || {
+        std::fs::read_dir(&env.upstream.dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                // The only object here (s3s-fs names the file after the key in base64).
+                name.ends_with(".metadata.json") && !name.contains(".upload-")
+            })
+            .expect("s3s-fs keeps the metadata beside the object")
+    };
+    put("old", data(5000, 1)).await.unwrap();
+    let old_meta = std::fs::read(sidecar()).unwrap();
+    put("new", data(5000, 2)).await.unwrap();
+    let range = || {
+        env.client
+            .get_object()
+            .bucket(BUCKET)
+            .key("m")
+            .range("bytes=0-99")
+            .send()
+    };
+    let fine = range().await.unwrap();
+    assert_eq!(fine.metadata().unwrap()["v"], "new");
+    std::fs::write(sidecar(), old_meta).unwrap();
+    let err = range().await.unwrap_err();
+    assert_eq!(crate::harness::status(&err), Some(500), "{err:?}");
+    let whole = env.client.get_object().bucket(BUCKET).key("m").send().await;
+    assert!(whole.is_err(), "whole reads refuse it too");
+}
