@@ -162,10 +162,12 @@ pub(super) async fn copy_object(
         object_lock_legal_hold_status: input.object_lock_legal_hold_status,
         ..Default::default()
     };
+    // Pinned to the version the first read was (the current one may change meanwhile).
+    let read_version = got.version_id.clone().or(src_version);
     let from = CopyFrom {
         bucket: &src_bucket,
         key: &src_key,
-        version: src_version.as_deref(),
+        version: read_version.as_deref(),
         etag: got.e_tag.clone(),
     };
     let out = store_copy(gw, put, first, (through, ciphertext_len), &from).await;

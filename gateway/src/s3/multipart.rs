@@ -511,6 +511,14 @@ pub(super) async fn copy_parts(
     range: std::ops::Range<u64>,
     mut number: i32,
 ) -> S3Result<Vec<CompletedPart>> {
+    // Unpinned, a write racing the copy would mix another object's segments in after this
+    // one's header: an object that never opens, stored with a 200.
+    let pin = from.etag.clone().ok_or_else(|| {
+        s3_error!(
+            InternalError,
+            "the upstream named no ETag for the copy source, so its server-side copy cannot be pinned to it"
+        )
+    })?;
     let mut completed = Vec::new();
     for (first, last) in pieces(range, MAX_COPY_PART) {
         let copy = UploadPartCopyInput::builder()
@@ -521,7 +529,7 @@ pub(super) async fn copy_parts(
                 key: from.key.into(),
                 version_id: from.version.map(Into::into),
             })
-            .copy_source_if_match(from.etag.clone().map(ETagCondition::ETag))
+            .copy_source_if_match(Some(ETagCondition::ETag(pin.clone())))
             .copy_source_range(Some(format!("bytes={first}-{last}")))
             .part_number(number)
             .upload_id(id.into())
