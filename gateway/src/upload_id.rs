@@ -37,10 +37,12 @@ pub(crate) fn encode(
 /// Splits a client upload ID into the upstream's ID and the token, if any. IDs from
 /// ListMultipartUploads have no token: they can list and abort, not upload parts.
 pub(crate) fn upstream_id(client_id: &str) -> &str {
-    client_id.rsplit_once('.').map_or(
-        client_id,
-        |(up, token)| if token.len() > 100 { up } else { client_id },
-    )
+    // A token is exactly one encoded header; a dot-separated piece of an upstream's own ID
+    // (AWS IDs have dots) that happens to be long is not one.
+    client_id
+        .rsplit_once('.')
+        .filter(|(_, token)| B64.decode(token).is_ok_and(|b| b.len() == HEADER_SIZE))
+        .map_or(client_id, |(up, _)| up)
 }
 
 /// Opens a client upload ID: the upstream ID, the object's secrets and cipher.
@@ -75,4 +77,19 @@ pub(crate) fn decode(
     let cipher = verified.header().cipher();
     let secrets = ObjectSecrets::from_bytes(&verified.secrets().to_bytes());
     Ok((upstream.to_string(), secrets, cipher))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_whole_token_is_split_off() {
+        let token = B64.encode([7u8; HEADER_SIZE]);
+        assert_eq!(upstream_id(&format!("up.load.{token}")), "up.load");
+        // An upstream ID with a long last piece, as from ListMultipartUploads, stays whole.
+        let long = format!("abc.{}", "x".repeat(150));
+        assert_eq!(upstream_id(&long), long);
+        assert_eq!(upstream_id("plain"), "plain");
+    }
 }
