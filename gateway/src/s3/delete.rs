@@ -1,4 +1,5 @@
-//! DeleteObject and DeleteObjects: passed through; the header cache forgets the keys.
+//! DeleteObject and DeleteObjects: passed through with ETag conditions in the upstream's
+//! terms; the header cache forgets the keys.
 
 #![allow(
     clippy::wildcard_imports,
@@ -16,9 +17,11 @@ pub(super) async fn delete_object(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    check_key(&req.input.key)?;
-    let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-    let out = gw.upstream.s3().delete_object(request(req.input)).await;
+    let mut input = req.input;
+    check_key(&input.key)?;
+    let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    input.if_match = super::put::upstream_condition(input.if_match.take());
+    let out = gw.upstream.s3().delete_object(request(input)).await;
     forget(gw, &bucket, &key).await;
     Ok(S3Response::new(out?.output))
 }
@@ -27,18 +30,17 @@ pub(super) async fn delete_objects(
     gw: &Gateway,
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-    for o in &req.input.delete.objects {
+    let mut input = req.input;
+    for o in &mut input.delete.objects {
         check_key(&o.key)?;
+        o.e_tag = o
+            .e_tag
+            .take()
+            .map(|e| ETag::Strong(crate::etag::to_upstream_value(e.value())));
     }
-    let bucket = req.input.bucket.clone();
-    let keys: Vec<String> = req
-        .input
-        .delete
-        .objects
-        .iter()
-        .map(|o| o.key.clone())
-        .collect();
-    let out = gw.upstream.s3().delete_objects(request(req.input)).await;
+    let bucket = input.bucket.clone();
+    let keys: Vec<String> = input.delete.objects.iter().map(|o| o.key.clone()).collect();
+    let out = gw.upstream.s3().delete_objects(request(input)).await;
     for k in &keys {
         forget(gw, &bucket, k).await;
     }

@@ -2,7 +2,8 @@
 //! never sends a streaming upload twice, counts its retries in `/metrics`, and answers an
 //! upstream success it cannot read with an error status. s3s-fs never fails on demand, so a
 //! forwarding proxy that answers chosen requests with a fault (`MockFaultProxy`, a mock by
-//! name) sits between the gateway and the real s3s-fs server.
+//! name) sits between the gateway and the real s3s-fs server; it also shows what a request
+//! carried upstream where s3s-fs would ignore it (a delete's If-Match).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -53,7 +54,12 @@ struct MockFaultProxy {
     rules: Arc<Mutex<Vec<Rule>>>,
     /// Every request seen: method, path with query, and the status answered.
     seen: Arc<Mutex<Vec<(Method, String, u16)>>>,
+    /// The If-Match header of every request seen, by method.
+    if_match: Headers,
 }
+
+/// A header value of every request seen, by method.
+type Headers = Arc<Mutex<Vec<(Method, Option<String>)>>>;
 
 type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -63,11 +69,15 @@ impl MockFaultProxy {
         let addr = listener.local_addr().unwrap();
         let rules: Arc<Mutex<Vec<Rule>>> = Arc::default();
         let seen: Arc<Mutex<Vec<(Method, String, u16)>>> = Arc::default();
-        let (r, s) = (rules.clone(), seen.clone());
+        let if_match: Headers = Arc::default();
+        let (r, s, im) = (rules.clone(), seen.clone(), if_match.clone());
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                let (rules, seen) = (r.clone(), s.clone());
-                let service = hyper::service::service_fn(move |req| {
+                let (rules, seen, im) = (r.clone(), s.clone(), im.clone());
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let header = req.headers().get("if-match");
+                    let header = header.and_then(|v| v.to_str().ok()).map(str::to_string);
+                    im.lock().unwrap().push((req.method().clone(), header));
                     Self::answer(req, target, rules.clone(), seen.clone())
                 });
                 tokio::spawn(
@@ -76,7 +86,12 @@ impl MockFaultProxy {
                 );
             }
         });
-        Self { addr, rules, seen }
+        Self {
+            addr,
+            rules,
+            seen,
+            if_match,
+        }
     }
 
     /// Answers the next `n` requests with `method` whose path and query satisfy `matches`
@@ -567,4 +582,39 @@ async fn upstream_body_that_stalls_is_cut_not_hung() {
         Fault::StallBodyAfter(256 * 1024),
     );
     assert!(patient_read(&client, "r", None).await.unwrap() == body);
+}
+
+/// Regression: a DeleteObject's If-Match went upstream in client terms (the `-0` ETag), so
+/// on a service that checks it the delete was always refused. (s3s-fs ignores the header,
+/// hence the look at what the proxy saw.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conditional_delete_names_the_upstream_etag() {
+    let (_upstream, proxy, _gateway, client) = env().await;
+    let out = client
+        .put_object()
+        .bucket(BUCKET)
+        .key("r")
+        .body(data(1000, 38).into())
+        .send()
+        .await
+        .unwrap();
+    let client_etag = out.e_tag().unwrap().to_string();
+    assert!(client_etag.ends_with("-0\""), "{client_etag}");
+    client
+        .delete_object()
+        .bucket(BUCKET)
+        .key("r")
+        .if_match(&client_etag)
+        .send()
+        .await
+        .unwrap();
+    let sent: Vec<Option<String>> = proxy
+        .if_match
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| *m == Method::DELETE)
+        .map(|(_, h)| h.clone())
+        .collect();
+    assert_eq!(sent, [Some(client_etag.replace("-0\"", "\""))]);
 }
