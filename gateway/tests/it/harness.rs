@@ -143,6 +143,17 @@ impl Env {
         assert_eq!(status(&err), Some(404), "{key}: {why}");
     }
 
+    /// A second gateway on the same upstream and key file, and a client of it: another
+    /// replica, sharing nothing with the first but what it stores.
+    pub async fn replica(&self) -> (Running, Client) {
+        let other =
+            kura_gateway::server::start(gateway_config(&self.upstream, self.keyring.clone()))
+                .await
+                .unwrap();
+        let c = client(other.addr, AK, SK);
+        (other, c)
+    }
+
     /// HEAD of `key`; panics on failure.
     pub async fn head(&self, key: &str) -> aws_sdk_s3::operation::head_object::HeadObjectOutput {
         self.client

@@ -282,57 +282,18 @@ async fn body_cut_at_a_segment_boundary_is_not_served_as_complete() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sizes_follow_an_overwrite_made_through_another_replica() {
     let env = Env::start().await;
-    let other = kura_gateway::server::start(crate::harness::gateway_config(
-        &env.upstream,
-        env.keyring.clone(),
-    ))
-    .await
-    .unwrap();
-    let b = crate::harness::client(other.addr, crate::harness::AK, crate::harness::SK);
-    let upload = |client: aws_sdk_s3::Client, sizes: Vec<usize>| async move {
-        let id = client
-            .create_multipart_upload()
-            .bucket(BUCKET)
-            .key("x")
-            .send()
-            .await
-            .unwrap()
-            .upload_id()
-            .unwrap()
-            .to_string();
-        let mut parts = Vec::new();
-        for (i, n) in sizes.iter().enumerate() {
-            let out = client
-                .upload_part()
-                .bucket(BUCKET)
-                .key("x")
-                .upload_id(&id)
-                .part_number(i as i32 + 1)
-                .body(ByteStream::from(data(*n, i as u64)))
-                .send()
-                .await
-                .unwrap();
-            parts.push(
-                aws_sdk_s3::types::CompletedPart::builder()
-                    .part_number(i as i32 + 1)
-                    .e_tag(out.e_tag().unwrap())
-                    .build(),
-            );
-        }
-        let done = aws_sdk_s3::types::CompletedMultipartUpload::builder()
-            .set_parts(Some(parts))
-            .build();
-        client
-            .complete_multipart_upload()
-            .bucket(BUCKET)
-            .key("x")
-            .upload_id(&id)
-            .multipart_upload(done)
-            .send()
-            .await
-            .unwrap();
+    let (other, b) = env.replica().await;
+    // Parts of `sizes` bytes, part i filled from seed i.
+    let client = &env.client;
+    let upload = |sizes: &[usize]| {
+        let parts: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| data(*n, i as u64))
+            .collect();
+        async move { crate::multipart::put_in_parts(client, "x", &parts).await }
     };
-    upload(env.client.clone(), vec![5_300_000, 7]).await;
+    upload(&[5_300_000, 7]).await;
     let first = b
         .head_object()
         .bucket(BUCKET)
@@ -341,7 +302,7 @@ async fn sizes_follow_an_overwrite_made_through_another_replica() {
         .await
         .unwrap();
     assert_eq!(first.content_length(), Some(5_300_007));
-    upload(env.client.clone(), vec![5_400_000, 5_300_001, 9]).await;
+    upload(&[5_400_000, 5_300_001, 9]).await;
     let second = b
         .head_object()
         .bucket(BUCKET)
@@ -366,13 +327,7 @@ async fn sizes_follow_an_overwrite_made_through_another_replica() {
 #[tokio::test(flavor = "multi_thread")]
 async fn conditions_hold_against_an_object_replaced_through_another_replica() {
     let env = Env::start().await;
-    let other = kura_gateway::server::start(crate::harness::gateway_config(
-        &env.upstream,
-        env.keyring.clone(),
-    ))
-    .await
-    .unwrap();
-    let b = crate::harness::client(other.addr, crate::harness::AK, crate::harness::SK);
+    let (_other, b) = env.replica().await;
     let (old, new) = (data(100_000, 1), data(120_000, 2));
     crate::harness::put(&env.client, "x", &old).await;
     // This replica caches the old object's header.

@@ -188,11 +188,7 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_replicas_serve_one_upload_alternately() {
     let env = Env::start().await;
-    let other =
-        kura_gateway::server::start(harness::gateway_config(&env.upstream, env.keyring.clone()))
-            .await
-            .unwrap();
-    let b = harness::client(other.addr, harness::AK, harness::SK);
+    let (other, b) = env.replica().await;
     let parts = [data(5 * MIB, 1), data(5 * MIB, 2), data(3 * MIB, 3)];
     let id = create(&env.client, "rep").await;
     let p1 = upload(&b, "rep", &id, 1, parts[0].clone()).await;
