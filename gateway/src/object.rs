@@ -75,12 +75,26 @@ pub(crate) fn check_key(key: &str) -> S3Result<()> {
     Ok(())
 }
 
-/// Plaintext size of a listed object from its stored size, when the size alone tells
-/// (SPEC 6.1); `None` for an object with a trailer or not written by kura.
-pub(crate) fn listed_size(ciphertext_len: i64) -> Option<i64> {
-    match kura_keys::plaintext_size(u64::try_from(ciphertext_len).ok()?) {
-        Ok(SizeInfo::Aligned(n)) => i64::try_from(n).ok(),
-        _ => None,
+/// What a listed object's stored size says about its plaintext size (SPEC 6.1).
+pub(crate) enum ListedSize {
+    /// The size alone tells: this many bytes, if the object is kura's.
+    Known(i64),
+    /// Only the object's trailer tells.
+    InTrailer,
+    /// Too short for any kura object: another writer's, listed as stored.
+    Foreign,
+}
+
+pub(crate) fn listed_size(ciphertext_len: i64) -> ListedSize {
+    let info = u64::try_from(ciphertext_len)
+        .ok()
+        .map(kura_keys::plaintext_size);
+    match info {
+        Some(Ok(SizeInfo::Aligned(n))) => {
+            i64::try_from(n).map_or(ListedSize::Foreign, ListedSize::Known)
+        }
+        Some(Ok(SizeInfo::Trailer)) => ListedSize::InTrailer,
+        _ => ListedSize::Foreign,
     }
 }
 
@@ -307,6 +321,37 @@ pub(crate) async fn locate_current(
     version_id: Option<&str>,
     etag: Option<&str>,
 ) -> S3Result<Arc<Located>> {
+    Ok(try_locate(gw, bucket, key, version_id, etag).await?)
+}
+
+/// Why [`try_locate`] has no object to give.
+pub(crate) enum LocateError {
+    /// Reading from the upstream failed: its error answer (after the retries), or a body
+    /// that broke off. Trying again later may succeed.
+    Upstream(S3Error),
+    /// The upstream's bytes are no object this gateway can open: another writer's, one
+    /// under a key not in the key file, or damaged.
+    Unreadable(S3Error),
+}
+
+impl From<LocateError> for S3Error {
+    fn from(e: LocateError) -> Self {
+        match e {
+            LocateError::Upstream(e) | LocateError::Unreadable(e) => e,
+        }
+    }
+}
+
+/// [`locate_current`], telling a failed upstream read from bytes that are not kura's.
+pub(crate) async fn try_locate(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    etag: Option<&str>,
+) -> Result<Arc<Located>, LocateError> {
+    use LocateError::{Unreadable, Upstream};
+    let format = |e: kura_keys::Error| Unreadable(keys_error(&e));
     let cache_key = (
         bucket.to_string(),
         key.to_string(),
@@ -318,22 +363,29 @@ pub(crate) async fn locate_current(
         }
         gw.located.invalidate(&cache_key).await;
     }
-    let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, None).await?;
+    let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, None)
+        .await
+        .map_err(Upstream)?;
     let ciphertext_len = total_from_content_range(head.content_range.as_deref())
         .or_else(|| head.content_length.and_then(|n| u64::try_from(n).ok()))
-        .ok_or_else(|| s3_error!(InternalError, "upstream did not report the object size"))?;
+        .ok_or_else(|| {
+            Upstream(s3_error!(
+                InternalError,
+                "upstream did not report the object size"
+            ))
+        })?;
     let upstream_etag = head.e_tag.as_ref().map(|e| e.value().to_string());
     let last_modified = head.last_modified.clone();
-    let bytes = collect(head.body, HEADER_SIZE).await?;
-    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let bytes = collect(head.body, HEADER_SIZE).await.map_err(Upstream)?;
+    let name = ObjectName::new(bucket, key).map_err(format)?;
     let verified = Header::parse(&bytes)
         .and_then(|h| h.verify(&gw.keyring, &name))
-        .map_err(|e| keys_error(&e))?;
+        .map_err(format)?;
     let part_size = verified.header().part_size();
     let commitment = verified.secrets().commitment();
     let payload = Arc::new(verified.into_payload_key());
-    let layout = match kura_keys::plaintext_size(ciphertext_len).map_err(|e| keys_error(&e))? {
-        SizeInfo::Aligned(size) => Layout::regular(size, part_size).map_err(|e| keys_error(&e))?,
+    let layout = match kura_keys::plaintext_size(ciphertext_len).map_err(format)? {
+        SizeInfo::Aligned(size) => Layout::regular(size, part_size).map_err(format)?,
         SizeInfo::Trailer => {
             let tail = get_range(
                 gw,
@@ -344,13 +396,14 @@ pub(crate) async fn locate_current(
                 ciphertext_len - 1,
                 upstream_etag.as_deref(),
             )
-            .await?;
+            .await
+            .map_err(Upstream)?;
             let last8: [u8; 8] = collect(tail.body, 8)
-                .await?
+                .await
+                .map_err(Upstream)?
                 .try_into()
-                .map_err(|_| s3_error!(InternalError, "short trailer read"))?;
-            let len = kura_keys::trailer::trailer_len(&last8, ciphertext_len)
-                .map_err(|e| keys_error(&e))?;
+                .map_err(|_| Upstream(s3_error!(InternalError, "short trailer read")))?;
+            let len = kura_keys::trailer::trailer_len(&last8, ciphertext_len).map_err(format)?;
             let t = get_range(
                 gw,
                 bucket,
@@ -360,10 +413,12 @@ pub(crate) async fn locate_current(
                 ciphertext_len - 1,
                 upstream_etag.as_deref(),
             )
-            .await?;
-            let bytes = collect(t.body, usize::try_from(len).unwrap_or(usize::MAX)).await?;
-            kura_keys::trailer::decode(&payload, &bytes, ciphertext_len)
-                .map_err(|e| keys_error(&e))?
+            .await
+            .map_err(Upstream)?;
+            let bytes = collect(t.body, usize::try_from(len).unwrap_or(usize::MAX))
+                .await
+                .map_err(Upstream)?;
+            kura_keys::trailer::decode(&payload, &bytes, ciphertext_len).map_err(format)?
         }
     };
     let located = Arc::new(Located {

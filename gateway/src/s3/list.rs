@@ -15,11 +15,11 @@
 )]
 
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::etag;
 use crate::gateway::Gateway;
-use crate::object::{listed_size, locate_current};
+use crate::object::{ListedSize, LocateError, listed_size, try_locate};
 use crate::upstream::request;
 
 /// Bytes a listing leaves as they are under `encoding-type=url`: the unreserved ones of RFC
@@ -54,6 +54,11 @@ fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
 
+/// A listed object's plaintext size. An object with a trailer is read (header and
+/// trailer); if those bytes are not an object the gateway can open, its stored size is
+/// reported, as for any object another writer put there. If the read itself fails, so does
+/// the listing: a size made up from the stored one would be wrong for a kura object, and
+/// clients such as rclone act on listed sizes.
 async fn plaintext_size(
     gw: &Gateway,
     bucket: &str,
@@ -61,17 +66,36 @@ async fn plaintext_size(
     version: Option<&str>,
     stored: Option<i64>,
     etag: Option<&str>,
-) -> Option<i64> {
-    let stored = stored?;
-    if let Some(n) = listed_size(stored) {
-        return Some(n);
+) -> S3Result<Option<i64>> {
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
+    match listed_size(stored) {
+        ListedSize::Known(n) => return Ok(Some(n)),
+        ListedSize::Foreign => return Ok(Some(stored)),
+        ListedSize::InTrailer => {}
     }
-    match locate_current(gw, bucket, key, version, etag).await {
-        Ok(l) => i64::try_from(l.size()).ok(),
-        Err(e) => {
+    match try_locate(gw, bucket, key, version, etag).await {
+        Ok(l) => Ok(i64::try_from(l.size()).ok()),
+        Err(LocateError::Unreadable(e)) => {
             tracing::warn!(bucket, key, error = %e, "listed object is not a readable kura object; reporting its stored size");
-            Some(stored)
+            Ok(Some(stored))
         }
+        Err(LocateError::Upstream(e)) => Err(changed_while_listed(e)),
+    }
+}
+
+/// An upstream read that failed during a listing, as the listing's error. Gone (404) or
+/// replaced (412) means the object changed after the upstream listed it: 503 SlowDown,
+/// which every S3 client retries, and the retry lists what is there now. Other errors
+/// keep their own code.
+fn changed_while_listed(e: S3Error) -> S3Error {
+    match e.status_code().map(|s| s.as_u16()) {
+        Some(404 | 412) => s3_error!(
+            SlowDown,
+            "an object changed while it was being listed; list again"
+        ),
+        _ => e,
     }
 }
 
@@ -79,18 +103,20 @@ async fn map_objects(
     gw: &Gateway,
     bucket: &str,
     contents: Option<Vec<Object>>,
-) -> Option<Vec<Object>> {
-    let mut contents = contents?;
+) -> S3Result<Option<Vec<Object>>> {
+    let Some(mut contents) = contents else {
+        return Ok(None);
+    };
     for o in &mut contents {
         if let Some(key) = o.key.clone() {
             let etag = o.e_tag.as_ref().map(ETag::value);
-            o.size = plaintext_size(gw, bucket, &key, None, o.size, etag).await;
+            o.size = plaintext_size(gw, bucket, &key, None, o.size, etag).await?;
         }
         o.e_tag = o.e_tag.as_ref().map(etag::to_client);
         o.checksum_algorithm = None;
         o.checksum_type = None;
     }
-    Some(contents)
+    Ok(Some(contents))
 }
 
 pub(super) async fn list_objects_v2(
@@ -109,7 +135,7 @@ pub(super) async fn list_objects_v2(
         .list_objects_v2(request(input))
         .await?
         .output;
-    out.contents = map_objects(gw, &bucket, out.contents.take()).await;
+    out.contents = map_objects(gw, &bucket, out.contents.take()).await?;
     out.encoding_type = None;
     if url {
         out.encoding_type = Some(EncodingType::from_static(EncodingType::URL));
@@ -138,7 +164,7 @@ pub(super) async fn list_objects(
         ..Default::default()
     };
     let out = gw.upstream.s3().list_objects_v2(request(up)).await?.output;
-    let contents = map_objects(gw, &input.bucket, out.contents).await;
+    let contents = map_objects(gw, &input.bucket, out.contents).await?;
     let truncated = out.is_truncated.unwrap_or(false);
     // V1 has no continuation token: the next marker is the greatest key or prefix returned.
     let last_key = contents
@@ -198,8 +224,8 @@ pub(super) async fn list_object_versions(
         for v in versions {
             if let Some(key) = v.key.clone() {
                 let etag = v.e_tag.as_ref().map(ETag::value);
-                v.size =
-                    plaintext_size(gw, &bucket, &key, v.version_id.as_deref(), v.size, etag).await;
+                v.size = plaintext_size(gw, &bucket, &key, v.version_id.as_deref(), v.size, etag)
+                    .await?;
             }
             v.e_tag = v.e_tag.as_ref().map(etag::to_client);
             v.checksum_algorithm = None;

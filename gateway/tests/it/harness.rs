@@ -154,6 +154,16 @@ impl Env {
         (other, c)
     }
 
+    /// ListObjectsV2 of the test bucket, first page; panics on failure.
+    pub async fn list(&self) -> aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output {
+        self.client
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// HEAD of `key`; panics on failure.
     pub async fn head(&self, key: &str) -> aws_sdk_s3::operation::head_object::HeadObjectOutput {
         self.client

@@ -188,14 +188,40 @@ async fn url_encoded_listings_carry_real_sizes_and_names_that_decode_back() {
     assert_eq!(decode(v1.contents()[0].key().unwrap()), odd);
 
     // Without the parameter, names come back as they are.
-    let raw = env
-        .client
-        .list_objects_v2()
-        .bucket(BUCKET)
-        .send()
-        .await
-        .unwrap();
+    let raw = env.list().await;
     assert_eq!(raw.encoding_type(), None);
     assert_eq!(raw.contents()[0].key(), Some(odd));
     assert_eq!(raw.contents()[0].size(), Some(5_300_007));
+}
+
+/// Objects another writer put straight into the upstream are listed with the sizes they
+/// are stored with, and the listing succeeds: an empty one (which the upstream cannot
+/// serve a header range of), one shorter than any kura object, and one whose stored size
+/// is of the class that only a trailer explains (read, found not to be kura's).
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_not_written_by_kura_list_with_their_stored_sizes() {
+    let env = Env::start().await;
+    env.put("kura", b"through the gateway").await;
+    // One full segment and one byte past it: no final segment is that short.
+    let trailer_class = kura_keys::format::HEADER_SIZE + kura_keys::format::FULL_SEGMENT_SIZE + 1;
+    let dir = env.upstream.dir.path().join(BUCKET).join("foreign");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, len) in [("empty", 0), ("short", 5), ("trailer-sized", trailer_class)] {
+        std::fs::write(dir.join(name), vec![b'f'; len]).unwrap();
+    }
+    let out = env.list().await;
+    let listed: Vec<(&str, Option<i64>)> = out
+        .contents()
+        .iter()
+        .map(|o| (o.key().unwrap(), o.size()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("foreign/empty", Some(0)),
+            ("foreign/short", Some(5)),
+            ("foreign/trailer-sized", Some(trailer_class as i64)),
+            ("kura", Some(19)),
+        ]
+    );
 }

@@ -93,13 +93,7 @@ async fn parallel_out_of_order_parts_with_a_short_last_part() {
     let head = env.head("mp").await;
     assert_eq!(head.content_length(), Some(whole.len() as i64));
     assert_eq!(head.e_tag(), Some(etag.as_str()));
-    let list = env
-        .client
-        .list_objects_v2()
-        .bucket(BUCKET)
-        .send()
-        .await
-        .unwrap();
+    let list = env.list().await;
     assert_eq!(list.contents()[0].size(), Some(whole.len() as i64));
     // A range across a part boundary, and a part read.
     let a = 5 * MIB - 10;
@@ -141,13 +135,7 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
     let parts = [data(5_300_000, 1), data(5_400_100, 2), data(12_345, 3)];
     let whole = parts.concat();
     let etag = put_in_parts(&env.client, "irr", &parts).await;
-    let list = env
-        .client
-        .list_objects_v2()
-        .bucket(BUCKET)
-        .send()
-        .await
-        .unwrap();
+    let list = env.list().await;
     assert_eq!(
         list.contents()[0].size(),
         Some(whole.len() as i64),

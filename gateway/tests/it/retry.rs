@@ -30,6 +30,8 @@ use crate::harness::{
 enum Fault {
     /// 503 SlowDown, as a loaded S3 service answers.
     SlowDown,
+    /// 404 NoSuchKey, as for an object deleted between two requests.
+    NoSuchKey,
     /// 200 with an XML body that is no S3 answer (seen from S3 emulators that name an
     /// answer's root element differently).
     UnreadableOk,
@@ -145,24 +147,28 @@ impl MockFaultProxy {
                 let (parts, body) = Self::forward(req, target).await.into_parts();
                 Response::from_parts(parts, Self::after(body, n, true).await)
             }
-            Some(canned @ (Fault::SlowDown | Fault::UnreadableOk)) => {
+            Some(canned @ (Fault::SlowDown | Fault::NoSuchKey | Fault::UnreadableOk)) => {
                 let mut body = req.into_body();
                 while let Some(frame) = body.frame().await {
                     if frame.is_err() {
                         break;
                     }
                 }
-                let (status, body): (u16, &'static [u8]) = if let Fault::SlowDown = canned {
-                    (
+                let (status, body): (u16, &'static [u8]) = match canned {
+                    Fault::SlowDown => (
                         503,
                         b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
                           <Message>Please reduce your request rate.</Message></Error>",
-                    )
-                } else {
-                    (
+                    ),
+                    Fault::NoSuchKey => (
+                        404,
+                        b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code>\
+                          <Message>The specified key does not exist.</Message></Error>",
+                    ),
+                    _ => (
                         200,
                         b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<NotAnS3Answer/>",
-                    )
+                    ),
                 };
                 Response::builder()
                     .status(status)
@@ -285,6 +291,21 @@ async fn listed_sizes(client: &aws_sdk_s3::Client) -> Vec<Option<i64>> {
         .collect()
 }
 
+/// A listing of the bucket that fails with `want_status` and `want_code`; its message.
+async fn failed_listing(client: &aws_sdk_s3::Client, want_status: u16, want_code: &str) -> String {
+    let err = client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(want_status), "{err:?}");
+    assert_eq!(code(&err).as_deref(), Some(want_code), "{err:?}");
+    aws_sdk_s3::error::ProvideErrorMetadata::message(&err)
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn object_path(p: &str) -> bool {
     p.starts_with("/bucket/r")
 }
@@ -319,6 +340,41 @@ async fn upstream_503_on_get_is_retried_and_counted() {
         text.contains("kura_upstream_retries_total{operation=\"ListObjectsV2\"} 1"),
         "{text}"
     );
+}
+
+/// Regression: a listing whose read of an irregular object's header failed after the
+/// retries reported the object's stored size, a wrong size that rclone acts on. It now
+/// fails with the upstream's error (503 SlowDown when the object vanished between the
+/// upstream's listing and the read), and the client's next listing has the right size.
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_whose_trailer_read_fails_is_an_error_not_a_wrong_size() {
+    let (_upstream, proxy, _gateway, client) = env().await;
+    let mib = 1024 * 1024;
+    // A last part longer than the first makes the layout irregular: its size is in the
+    // trailer, which a listing must read.
+    crate::multipart::put_in_parts(&client, "r", &[data(5 * mib, 33), data(5 * mib + 1, 34)]).await;
+
+    // Deleted after the upstream listed it, before its header was read: the listing is
+    // stale, and the client is asked to list again.
+    proxy.fail_next(Method::GET, object_path, 1, Fault::NoSuchKey);
+    let message = failed_listing(&client, 503, "SlowDown").await;
+    assert!(
+        message.contains("changed while it was being listed"),
+        "{message}"
+    );
+
+    proxy.fail_next(Method::GET, object_path, 4, Fault::SlowDown);
+    let message = failed_listing(&client, 503, "SlowDown").await;
+    assert_eq!(
+        proxy.count(&Method::GET, object_path, 503),
+        4,
+        "the header read was tried as often as the gateway retries"
+    );
+    assert!(
+        message.contains("reduce your request rate"),
+        "the upstream's own error, passed on: {message}"
+    );
+    assert_eq!(listed_sizes(&client).await, [Some(10 * 1024 * 1024 + 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
