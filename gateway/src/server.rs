@@ -161,6 +161,9 @@ impl App {
                 None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
                 None => self.s3.call(req.map(s3s::Body::from)).await?,
             };
+            if let Some(crate::s3::Status(status)) = resp.extensions().get() {
+                *resp.status_mut() = *status;
+            }
             if let Ok(v) = http::HeaderValue::from_str(&request_id) {
                 resp.headers_mut().insert("x-amz-request-id", v);
             }

@@ -111,6 +111,17 @@ fn span(
     Ok((within.start, within.end - 1))
 }
 
+/// 400 InvalidRequest, as S3 answers a read that names both a `Range` and a `partNumber`.
+fn range_and_part_number(range: Option<&Range>, part: Option<i32>) -> S3Result<()> {
+    if range.is_some() && part.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter"
+        ));
+    }
+    Ok(())
+}
+
 /// 416 InvalidPartNumber, as S3 answers a `partNumber` past the last part.
 fn invalid_part_number(count: u32) -> S3Error {
     let mut e = S3Error::with_message(
@@ -177,9 +188,15 @@ pub(super) async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = req.input;
     check_key(&input.key)?;
+    range_and_part_number(input.range.as_ref(), input.part_number)?;
     if input.range.is_some() || input.part_number.is_some() {
         return get_span(gw, input, true).await;
     }
+    get_whole(gw, input).await
+}
+
+/// A whole-object read: the header is verified before the answer starts.
+async fn get_whole(gw: &Gateway, input: GetObjectInput) -> S3Result<S3Response<GetObjectOutput>> {
     let conditions = conditions_of!(input);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let up = GetObjectInput {
@@ -251,6 +268,21 @@ fn mended(blob: StreamingBlob, origin: Option<Origin>) -> body::BoxedBytes {
     }
 }
 
+/// `partNumber=1` of an empty object: its one part has no byte range to read, so it is
+/// read as the whole (empty) object, with the part count HEAD gives.
+async fn empty_part_one(
+    gw: &Gateway,
+    input: GetObjectInput,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let whole = GetObjectInput {
+        part_number: None,
+        ..input
+    };
+    let mut out = Box::pin(get_whole(gw, whole)).await?;
+    out.output.parts_count = Some(1);
+    Ok(out)
+}
+
 /// A range or part read: locate the object, then fetch and open only its segments.
 async fn get_span(
     gw: &Gateway,
@@ -269,6 +301,9 @@ async fn get_span(
     .await?;
     let client_etag = client_etag_of(&located);
     let size = located.size();
+    if size == 0 && input.part_number == Some(1) {
+        return empty_part_one(gw, input).await;
+    }
     let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
         .map_err(|e| keys_error(&e))?;
@@ -353,6 +388,7 @@ pub(super) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = req.input;
     check_key(&input.key)?;
+    range_and_part_number(input.range.as_ref(), input.part_number)?;
     let conditions = conditions_of!(input);
     let (bucket, key, part) = (input.bucket.clone(), input.key.clone(), input.part_number);
     let up = HeadObjectInput {
@@ -388,8 +424,23 @@ pub(super) async fn head_object(
         )
     };
     let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
+    // S3 answers a HEAD with a satisfiable Range as the GET would: 206, with the range's
+    // length and where it lies.
+    let (length, content_range) = match &input.range {
+        Some(r) => {
+            let within = r.check(size).map_err(|_| range_not_satisfiable(size))?;
+            if within.is_empty() {
+                return Err(range_not_satisfiable(size));
+            }
+            let (start, end) = (within.start, within.end - 1);
+            (end - start + 1, Some(format!("bytes {start}-{end}/{size}")))
+        }
+        None => (size, None),
+    };
+    let partial = content_range.is_some();
     let output = HeadObjectOutput {
-        content_length: Some(i64::try_from(size).unwrap_or(i64::MAX)),
+        content_length: Some(i64::try_from(length).unwrap_or(i64::MAX)),
+        content_range,
         e_tag: Some(ETag::Strong(client_etag)),
         metadata,
         accept_ranges: Some("bytes".into()),
@@ -402,5 +453,11 @@ pub(super) async fn head_object(
         checksum_type: None,
         ..out
     };
-    Ok(S3Response::new(output))
+    let mut response = S3Response::new(output);
+    if partial {
+        response
+            .extensions
+            .insert(super::Status(http::StatusCode::PARTIAL_CONTENT));
+    }
+    Ok(response)
 }

@@ -21,6 +21,12 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 use crate::gateway::Gateway;
 use crate::metrics::OperationSlot;
 
+/// The status an answer must have where s3s would give another: s3s 0.14 ignores
+/// `S3Response::status`, but passes the response's extensions on, and the server applies
+/// this one (a HEAD with a Range is 206).
+#[derive(Clone, Copy)]
+pub(crate) struct Status(pub(crate) http::StatusCode);
+
 impl Gateway {
     async fn counted<T>(
         &self,
