@@ -1,5 +1,6 @@
 //! DeleteObject and DeleteObjects: passed through with ETag conditions in the upstream's
-//! terms; the header cache forgets the keys.
+//! terms; the header cache forgets the keys. DeleteObjects answers for keys the gateway
+//! refuses to name itself, per key.
 
 #![allow(
     clippy::wildcard_imports,
@@ -31,18 +32,41 @@ pub(super) async fn delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let mut input = req.input;
+    // A key the gateway cannot name (only a writer going straight to the upstream can make
+    // one) is reported in the answer's errors, as S3 reports a key it cannot delete, and the
+    // rest of the batch goes on.
+    let mut refused = Vec::new();
+    input.delete.objects.retain(|o| match check_key(&o.key) {
+        Ok(()) => true,
+        Err(e) => {
+            refused.push(Error {
+                code: Some(e.code().as_str().to_string()),
+                key: Some(o.key.clone()),
+                message: e.message().map(str::to_string),
+                version_id: o.version_id.clone(),
+            });
+            false
+        }
+    });
     for o in &mut input.delete.objects {
-        check_key(&o.key)?;
         o.e_tag = o
             .e_tag
             .take()
             .map(|e| ETag::Strong(crate::etag::to_upstream_value(e.value())));
     }
-    let bucket = input.bucket.clone();
-    let keys: Vec<String> = input.delete.objects.iter().map(|o| o.key.clone()).collect();
-    let out = gw.upstream.s3().delete_objects(request(input)).await;
-    for k in &keys {
-        forget(gw, &bucket, k).await;
+    let mut output = if input.delete.objects.is_empty() && !refused.is_empty() {
+        DeleteObjectsOutput::default()
+    } else {
+        let bucket = input.bucket.clone();
+        let keys: Vec<String> = input.delete.objects.iter().map(|o| o.key.clone()).collect();
+        let out = gw.upstream.s3().delete_objects(request(input)).await;
+        for k in &keys {
+            forget(gw, &bucket, k).await;
+        }
+        out?.output
+    };
+    if !refused.is_empty() {
+        output.errors.get_or_insert_with(Vec::new).extend(refused);
     }
-    Ok(S3Response::new(out?.output))
+    Ok(S3Response::new(output))
 }
