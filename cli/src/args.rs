@@ -169,9 +169,10 @@ pub struct RepoArgs {
     /// `upstream_region`).
     #[arg(long)]
     pub upstream_region: Option<String>,
-    /// With an upstream: path-style requests (config: `path_style`).
-    #[arg(long)]
-    pub path_style: bool,
+    /// With an upstream: path-style requests (config: `path_style`); `--path-style=false`
+    /// overrides the file's `true`.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub path_style: Option<bool>,
     /// Key file of the in-process gateway, required with an upstream (config: `key_file`).
     #[arg(long, env = "KURA_KEY_FILE", conflicts_with = "endpoint")]
     pub key_file: Option<PathBuf>,
@@ -270,7 +271,8 @@ pub struct GatewayArgs {
     /// Address to serve S3 on [default: 127.0.0.1:9000].
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
-    /// Separate address for /healthz, /readyz and /metrics (they are on --listen too).
+    /// Separate address for /healthz, /readyz and /metrics; --listen then leaves those paths
+    /// to S3 (a bucket may be called `metrics`).
     #[arg(long)]
     pub admin_listen: Option<std::net::SocketAddr>,
     /// Embedded upstream: store ciphertext in this directory (used when no --upstream).
@@ -282,9 +284,9 @@ pub struct GatewayArgs {
     /// Region to sign upstream requests for [default: us-east-1].
     #[arg(long)]
     pub upstream_region: Option<String>,
-    /// Path-style upstream requests.
-    #[arg(long)]
-    pub path_style: bool,
+    /// Path-style upstream requests; `--path-style=false` overrides the file's `true`.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub path_style: Option<bool>,
     /// Extra CA bundle (PEM) to trust for the upstream's TLS.
     #[arg(long)]
     pub upstream_ca_bundle: Option<PathBuf>,

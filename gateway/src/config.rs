@@ -36,12 +36,20 @@ impl std::fmt::Debug for SecretSource {
 }
 
 impl SecretSource {
+    /// Whether any of the three places is given.
+    #[must_use]
+    pub fn is_given(&self) -> bool {
+        self.secret_access_key.is_some()
+            || self.secret_access_key_file.is_some()
+            || self.secret_access_key_env.is_some()
+    }
+
     /// Resolves the secret, from exactly one of the three places.
     ///
     /// # Errors
     /// A message when none or several are given, or the file or variable is missing.
     pub fn resolve(&self, what: &str) -> Result<String, String> {
-        match (
+        let secret = match (
             &self.secret_access_key,
             &self.secret_access_key_file,
             &self.secret_access_key_env,
@@ -58,7 +66,11 @@ impl SecretSource {
             _ => Err(format!(
                 "{what}: give only one of secret_access_key, _file and _env"
             )),
+        }?;
+        if secret.is_empty() {
+            return Err(format!("{what}: the secret is empty"));
         }
+        Ok(secret)
     }
 }
 
@@ -109,7 +121,8 @@ pub struct FileUpstream {
 pub struct FileConfig {
     /// Address to serve S3 on.
     pub listen: Option<SocketAddr>,
-    /// Separate address for `/healthz`, `/readyz` and `/metrics` (they are also on `listen`).
+    /// Separate address for `/healthz`, `/readyz` and `/metrics`; `listen` then leaves those
+    /// paths to S3 (a bucket may be called `metrics`).
     pub admin_listen: Option<SocketAddr>,
     /// The key file.
     pub key_file: Option<PathBuf>,
@@ -177,7 +190,7 @@ pub struct ClientCredential {
 }
 
 /// Where the gateway stores ciphertext.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum UpstreamConfig {
     /// The embedded default: a local directory, served in-process by s3s-fs, no HTTP hop.
     Local {
@@ -200,6 +213,33 @@ pub enum UpstreamConfig {
         /// trip (all but uploads and server-side copies); a timed-out attempt is retried.
         timeout: Duration,
     },
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Local { dir } => f.debug_struct("Local").field("dir", dir).finish(),
+            Self::S3 {
+                url,
+                region,
+                path_style,
+                ca_bundle,
+                credentials,
+                timeout,
+            } => f
+                .debug_struct("S3")
+                .field("url", url)
+                .field("region", region)
+                .field("path_style", path_style)
+                .field("ca_bundle", ca_bundle)
+                .field(
+                    "credentials",
+                    &credentials.as_ref().map(|(ak, _)| (ak, "<redacted>")),
+                )
+                .field("timeout", timeout)
+                .finish(),
+        }
+    }
 }
 
 /// TLS certificate and key files.
@@ -230,4 +270,33 @@ pub struct GatewayConfig {
     pub tls: Option<TlsFiles>,
     /// Virtual-host base domain.
     pub virtual_host_domain: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_debug_never_shows_the_secret() {
+        let config = UpstreamConfig::S3 {
+            url: "https://s3.example".into(),
+            region: "us-east-1".into(),
+            path_style: false,
+            ca_bundle: None,
+            credentials: Some(("AKIDEXAMPLE".into(), "wJalrXUtnFEMIK7MDENG".into())),
+            timeout: DEFAULT_UPSTREAM_TIMEOUT,
+        };
+        let shown = format!("{config:?}");
+        assert!(shown.contains("AKIDEXAMPLE"), "{shown}");
+        assert!(!shown.contains("wJalrXUtnFEMIK7MDENG"), "{shown}");
+    }
+
+    #[test]
+    fn an_empty_secret_is_refused() {
+        let source = SecretSource {
+            secret_access_key: Some(String::new()),
+            ..SecretSource::default()
+        };
+        assert!(source.resolve("test").unwrap_err().contains("empty"));
+    }
 }

@@ -18,17 +18,39 @@ pub struct Credentials {
     keys: Arc<HashMap<String, ClientCredential>>,
 }
 
+/// The longest validity S3 accepts for a presigned URL (`X-Amz-Expires`): seven days.
+pub const PRESIGNED_MAX_EXPIRES_SECS: u64 = 7 * 24 * 60 * 60;
+
 impl Credentials {
     /// Indexes the configured credentials by access key.
-    #[must_use]
-    pub fn new(list: Vec<ClientCredential>) -> Self {
-        Self {
-            keys: Arc::new(
-                list.into_iter()
-                    .map(|c| (c.access_key.clone(), c))
-                    .collect(),
-            ),
+    ///
+    /// # Errors
+    /// A message naming the access key (never a secret) when an access key ID is empty or
+    /// given twice (one entry would silently widen or narrow the other's buckets), or its
+    /// secret is empty (anyone who knows the ID could sign).
+    pub fn new(list: Vec<ClientCredential>) -> Result<Self, String> {
+        let mut keys = HashMap::with_capacity(list.len());
+        for c in list {
+            if c.access_key.is_empty() {
+                return Err("a client credential has an empty access key ID".into());
+            }
+            if c.secret.expose().is_empty() {
+                return Err(format!(
+                    "client credential {} has an empty secret",
+                    c.access_key
+                ));
+            }
+            if keys.contains_key(&c.access_key) {
+                return Err(format!(
+                    "client access key ID {} is given more than once",
+                    c.access_key
+                ));
+            }
+            keys.insert(c.access_key.clone(), c);
         }
+        Ok(Self {
+            keys: Arc::new(keys),
+        })
     }
 
     /// The bucket scope of an access key, if it exists.
@@ -61,6 +83,24 @@ impl S3Auth for Credentials {
     }
 }
 
+/// The value of query parameter `name`, with the names percent-decoded as s3s decodes
+/// them (so `AWSAccessKey%49d` is `AWSAccessKeyId`).
+fn query_value(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(&s.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        (decode(k) == name).then(|| decode(v))
+    })
+}
+
+fn query_has(query: &str, name: &str) -> bool {
+    query_value(query, name).is_some()
+}
+
 fn copy_source_bucket(source: &CopySource) -> Option<&str> {
     match source {
         CopySource::Bucket { bucket, .. } => Some(bucket),
@@ -79,14 +119,29 @@ impl S3Access for Credentials {
             .headers()
             .get(http::header::AUTHORIZATION)
             .is_some_and(|v| v.as_bytes().starts_with(b"AWS "));
-        let v2_query = cx
-            .uri()
-            .query()
-            .is_some_and(|q| q.contains("AWSAccessKeyId="));
-        if v2_header || v2_query {
+        let query = cx.uri().query().unwrap_or("");
+        if v2_header || query_has(query, "AWSAccessKeyId") {
             return Err(s3_error!(
                 AccessDenied,
                 "signature version 2 is not accepted; use SigV4"
+            ));
+        }
+        // s3s takes any X-Amz-Expires; S3 refuses more than seven days.
+        if let Some(expires) = query_value(query, "X-Amz-Expires")
+            && expires
+                .parse::<u64>()
+                .map_or(true, |n| n > PRESIGNED_MAX_EXPIRES_SECS)
+        {
+            return Err(s3_error!(
+                AuthorizationQueryParametersError,
+                "X-Amz-Expires must be less than a week (in seconds) that is 604800"
+            ));
+        }
+        // s3s reads a POST form's whole file into memory; no client kura serves uses it.
+        if cx.s3_op().name() == "PostObject" {
+            return Err(s3_error!(
+                NotImplemented,
+                "POST form uploads are not supported; use PUT"
             ));
         }
         let access_key = creds.access_key.clone();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
 use s3s::service::{S3Service, S3ServiceBuilder};
@@ -27,6 +27,18 @@ use crate::upstream::{Upstream, UpstreamError, request};
 
 /// How long a shutdown waits for in-flight requests.
 const DRAIN: Duration = Duration::from_secs(30);
+
+/// How long a connection may take to send a request's head (and an idle keep-alive
+/// connection may wait for its next one) before it is closed: sockets that send nothing
+/// must not pile up until the gateway runs out of file descriptors.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a TLS handshake may take.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pause after a failed `accept` (out of file descriptors, say), so that the loop does
+/// not spin on it.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +61,9 @@ pub enum ServerError {
     /// The virtual-host domain is not a valid domain.
     #[error("virtual-host domain: {0}")]
     Domain(String),
+    /// The client credentials cannot be used (empty or repeated access key, empty secret).
+    #[error("client credentials: {0}")]
+    Credentials(String),
 }
 
 /// A started gateway.
@@ -79,7 +94,15 @@ struct App {
     metrics: Metrics,
     upstream: Upstream,
     admin_elsewhere: bool,
+    /// The last readiness answer, and when it was had.
+    ready: Arc<tokio::sync::Mutex<Option<Readiness>>>,
 }
+
+/// A readiness answer (`Err` holds the upstream's error code) and when it was had.
+type Readiness = (Instant, Result<(), String>);
+
+/// How long a readiness answer is kept.
+const READY_FOR: Duration = Duration::from_secs(5);
 
 fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
     let mut r = Response::new(s3s::Body::from(body));
@@ -88,23 +111,38 @@ fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
 }
 
 impl App {
+    /// Ready when the upstream answers a ListBuckets; the answer is kept for
+    /// [`READY_FOR`], so that probes (unauthenticated, when the admin paths share the S3
+    /// port) cannot drive upstream calls, which B2 bills, at their own rate.
+    async fn upstream_ready(&self) -> Result<(), String> {
+        let mut last = self.ready.lock().await;
+        if let Some((at, answer)) = last.as_ref()
+            && at.elapsed() < READY_FOR
+        {
+            return answer.clone();
+        }
+        let answer = self
+            .upstream
+            .s3()
+            .list_buckets(request(s3s::dto::ListBucketsInput::default()))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.code().as_str().to_string());
+        *last = Some((Instant::now(), answer.clone()));
+        answer
+    }
+
     /// The admin endpoint at `path`, if there is one, as (its name as a metrics label, its
     /// response).
     async fn admin(&self, path: &str) -> Option<(&'static str, Response<s3s::Body>)> {
         let resp = match path {
             "/healthz" => ("healthz", text(StatusCode::OK, "ok\n".into())),
             "/readyz" => {
-                // Ready when the upstream answers.
-                let up = self
-                    .upstream
-                    .s3()
-                    .list_buckets(request(s3s::dto::ListBucketsInput::default()))
-                    .await;
-                let resp = match up {
-                    Ok(_) => text(StatusCode::OK, "ready\n".into()),
-                    Err(e) => text(
+                let resp = match self.upstream_ready().await {
+                    Ok(()) => text(StatusCode::OK, "ready\n".into()),
+                    Err(code) => text(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        format!("upstream not ready: {}\n", e.code().as_str()),
+                        format!("upstream not ready: {code}\n"),
                     ),
                 };
                 ("readyz", resp)
@@ -241,13 +279,17 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
-    let conn = ConnBuilder::new(TokioExecutor::new());
+    let mut conn = ConnBuilder::new(TokioExecutor::new());
+    conn.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     loop {
         let (socket, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
@@ -262,12 +304,23 @@ async fn accept_loop(
         let service = hyper::service::service_fn(move |req| app.clone().handle(req, admin_only));
         match &tls {
             None => {
-                let c = conn
-                    .serve_connection_with_upgrades(TokioIo::new(socket), service)
-                    .into_owned();
-                let c = graceful.watch(c);
+                let conn = conn.clone();
+                let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    if let Err(e) = c.await {
+                    // hyper's header timer starts once the auto builder has seen the first
+                    // bytes (to tell HTTP/1 from HTTP/2); until then, this is the limit.
+                    let mut first = [0u8; 1];
+                    if tokio::time::timeout(HEADER_READ_TIMEOUT, socket.peek(&mut first))
+                        .await
+                        .is_err()
+                    {
+                        tracing::debug!(%peer, "connection sent nothing; closed");
+                        return;
+                    }
+                    let c = conn
+                        .serve_connection_with_upgrades(TokioIo::new(socket), service)
+                        .into_owned();
+                    if let Err(e) = watcher.watch(c).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                 });
@@ -277,7 +330,14 @@ async fn accept_loop(
                 let conn = conn.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    match acceptor.accept(socket).await {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "TLS handshake took too long",
+                            ))
+                        }) {
                         Ok(stream) => {
                             let c = conn
                                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
@@ -319,7 +379,8 @@ pub async fn start_with_upstream(
     upstream: Upstream,
 ) -> Result<Running, ServerError> {
     let metrics = Metrics::default();
-    let credentials = Credentials::new(config.credentials.clone());
+    let credentials =
+        Credentials::new(config.credentials.clone()).map_err(ServerError::Credentials)?;
     let gateway = Gateway::new(
         upstream.clone(),
         config.keyring.clone(),
@@ -330,6 +391,13 @@ pub async fn start_with_upstream(
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(credentials.clone());
     builder.set_access(credentials);
+    // POST form uploads are refused (credentials.rs), but s3s reads the form's file into
+    // memory before any access check: let it read nothing.
+    let mut s3s_config = s3s::config::S3Config::default();
+    s3s_config.post_object_max_file_size = 0;
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        s3s_config,
+    ))));
     if let Some(domain) = &config.virtual_host_domain {
         let host = s3s::host::SingleDomain::new(domain)
             .map_err(|e| ServerError::Domain(format!("{e:?}")))?;
@@ -340,6 +408,7 @@ pub async fn start_with_upstream(
         metrics: metrics.clone(),
         upstream,
         admin_elsewhere: config.admin_listen.is_some(),
+        ready: Arc::default(),
     };
     let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
     let bind = |addr: SocketAddr| async move {

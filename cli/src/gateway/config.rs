@@ -121,6 +121,11 @@ fn upstream_and_keyring(
                     .resolve("upstream")
                     .map_err(anyhow::Error::msg)?,
             )),
+            // Dropping the secret would fall back to the AWS chain, which may find another
+            // identity (a node's instance role): say so instead.
+            None if file.upstream.secret.is_given() => {
+                bail!("[upstream] gives a secret but no access_key_id")
+            }
             None => None,
         };
         let timeout = match args.upstream_timeout.or(file.upstream.timeout) {
@@ -131,7 +136,10 @@ fn upstream_and_keyring(
         let upstream = UpstreamConfig::S3 {
             url,
             region,
-            path_style: args.path_style || file.upstream.path_style.unwrap_or(false),
+            path_style: args
+                .path_style
+                .or(file.upstream.path_style)
+                .unwrap_or(false),
             ca_bundle: args
                 .upstream_ca_bundle
                 .clone()
@@ -141,6 +149,13 @@ fn upstream_and_keyring(
         };
         Ok((upstream, load_keyring(&key_file)?, Vec::new()))
     } else {
+        let ignored = upstream_only_settings(args, file);
+        if !ignored.is_empty() {
+            bail!(
+                "{} only apply with an upstream URL (--upstream or [upstream] url); without one the embedded upstream is used",
+                ignored.join(", ")
+            );
+        }
         let dir = args
             .data_dir
             .clone()
@@ -155,6 +170,26 @@ fn upstream_and_keyring(
             setup.credentials,
         ))
     }
+}
+
+/// The upstream settings given, by name, which mean nothing without an upstream URL.
+fn upstream_only_settings(args: &GatewayArgs, file: &FileConfig) -> Vec<&'static str> {
+    let up = &file.upstream;
+    [
+        ("--upstream-region", args.upstream_region.is_some()),
+        ("--path-style", args.path_style.is_some()),
+        ("--upstream-ca-bundle", args.upstream_ca_bundle.is_some()),
+        ("--upstream-timeout", args.upstream_timeout.is_some()),
+        ("[upstream] region", up.region.is_some()),
+        ("[upstream] path_style", up.path_style.is_some()),
+        ("[upstream] ca_bundle", up.ca_bundle.is_some()),
+        ("[upstream] timeout", up.timeout.is_some()),
+        ("[upstream] access_key_id", up.access_key_id.is_some()),
+        ("[upstream] secret", up.secret.is_given()),
+    ]
+    .into_iter()
+    .filter_map(|(name, given)| given.then_some(name))
+    .collect()
 }
 
 /// A gateway for one `kura` command to talk to over loopback (`kura backup` and friends

@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use kura_gateway::config::{BucketScope, ClientCredential};
 use kura_keys::Keyring;
 
@@ -55,6 +55,15 @@ pub fn prepare(
     let objects_dir = dir.join("objects");
     std::fs::create_dir_all(&objects_dir)
         .with_context(|| format!("creating {}", objects_dir.display()))?;
+    if let Some(path) = key_file.filter(|p| !p.exists()) {
+        // A mistyped path must not start a fresh key that cannot open what is stored.
+        bail!(
+            "key file {} does not exist: create it with `kura keys generate --out {}`, or leave --key-file out to use (or generate) {}",
+            path.display(),
+            path.display(),
+            dir.join("kura-keys.toml").display()
+        );
+    }
     let key_path = key_file.map_or_else(|| dir.join("kura-keys.toml"), Path::to_path_buf);
     if !key_path.exists() {
         let keyring = Keyring::generate(crate::keys::now())?;

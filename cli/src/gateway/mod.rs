@@ -40,7 +40,10 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
 
 fn init_logging(format: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KURA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // s3s logs whole requests (Authorization headers, presigned signatures) and the
+        // signature it expected at debug level: never let those reach a log.
+        .add_directive("s3s=info".parse().expect("a valid directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

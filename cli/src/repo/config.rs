@@ -162,7 +162,7 @@ fn merge(args: &RepoArgs, file: RepoFile, env_secret: Option<String>) -> anyhow:
         Target::Upstream {
             url,
             region: args.upstream_region.clone().or(file.upstream_region),
-            path_style: args.path_style || file.path_style.unwrap_or(false),
+            path_style: args.path_style.or(file.path_style).unwrap_or(false),
             key_file: args.key_file.clone().or(file.key_file),
         }
     } else {

@@ -48,7 +48,7 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
             let gateway = GatewayArgs {
                 upstream: Some(url),
                 upstream_region: region,
-                path_style,
+                path_style: Some(path_style),
                 key_file,
                 ..GatewayArgs::default()
             };

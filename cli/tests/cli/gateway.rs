@@ -170,3 +170,137 @@ fn upstream_timeout_of_zero_is_refused() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// Settings that would quietly widen access or start on the wrong key are refused, each
+/// with a message that names the problem, before anything is served.
+#[test]
+fn settings_that_would_misbehave_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let scoped = write(
+        "scoped.toml",
+        "[[credentials]]\naccess_key_id = \"velero\"\nsecret_access_key = \"s3cret\"\nbuckets = [\"velero-backups\"]\n",
+    );
+    let empty_inline = write(
+        "empty.toml",
+        "[[credentials]]\naccess_key_id = \"a\"\nsecret_access_key = \"\"\nbuckets = [\"*\"]\n",
+    );
+    let region_only = write("region.toml", "[upstream]\nregion = \"eu-central-1\"\n");
+    let secret_only = write(
+        "secret.toml",
+        "key_file = \"keys.toml\"\n\n[upstream]\nurl = \"http://127.0.0.1:1\"\nsecret_access_key = \"s\"\n",
+    );
+    let run = |config: Option<&std::path::Path>, extra: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+        cmd.args(["gateway", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(extra)
+            .env_remove("KURA_ACCESS_KEY_ID")
+            .env_remove("KURA_SECRET_ACCESS_KEY")
+            .env_remove("KURA_KEY_FILE");
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let missing_key = dir.path().join("typo-keys.toml");
+    let missing_key = missing_key.to_str().unwrap();
+    let cases = [
+        // The variable's key would take every bucket from the file's scoped one.
+        (
+            run(
+                Some(&scoped),
+                &[],
+                &[
+                    ("KURA_ACCESS_KEY_ID", "velero"),
+                    ("KURA_SECRET_ACCESS_KEY", "x"),
+                ],
+            ),
+            "velero is given more than once",
+        ),
+        (
+            run(
+                None,
+                &[],
+                &[("KURA_ACCESS_KEY_ID", "a"), ("KURA_SECRET_ACCESS_KEY", "")],
+            ),
+            "empty secret",
+        ),
+        (run(Some(&empty_inline), &[], &[]), "the secret is empty"),
+        (
+            run(None, &["--key-file", missing_key], &[]),
+            "does not exist",
+        ),
+        (
+            run(Some(&region_only), &[], &[]),
+            "[upstream] region only apply with an upstream URL",
+        ),
+        (run(Some(&secret_only), &[], &[]), "no access_key_id"),
+    ];
+    for (out, says) in cases {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{says}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    assert!(
+        !std::path::Path::new(missing_key).exists(),
+        "a mistyped key file path makes no new key"
+    );
+}
+
+/// Regression: with `KURA_LOG=debug`, s3s logged whole requests (the Authorization header,
+/// presigned signatures) and the signature it expected for a request that failed. No
+/// log level may show them.
+#[test]
+fn debug_logs_carry_no_signatures() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args([
+            "gateway",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("KURA_LOG", "debug")
+        .env("KURA_ACCESS_KEY_ID", "logged-ak")
+        .env("KURA_SECRET_ACCESS_KEY", "logged-secret")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    let signature = "5e1f".repeat(16);
+    let date = Command::new("date")
+        .args(["-u", "+%Y%m%dT%H%M%SZ"])
+        .output()
+        .unwrap();
+    let stamp = String::from_utf8(date.stdout).unwrap().trim().to_string();
+    let day = &stamp[..8];
+    let request = format!(
+        "GET /bucket/key HTTP/1.1\r\nHost: x\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nAuthorization: AWS4-HMAC-SHA256 Credential=logged-ak/{day}/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}\r\nConnection: close\r\n\r\n"
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut s, request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let stderr = child.stderr.take();
+    assert!(stop(child).success());
+    let mut log = String::new();
+    stderr.unwrap().read_to_string(&mut log).unwrap();
+    assert!(
+        log.contains("SignatureDoesNotMatch"),
+        "the request reached the signature check: {log}"
+    );
+    assert!(!log.contains(&signature), "{log}");
+    assert!(!log.to_ascii_lowercase().contains("signature="), "{log}");
+}

@@ -246,3 +246,151 @@ async fn a_body_that_is_not_the_signed_payload_is_refused() {
     env.assert_absent("altered", "a refused body stores nothing")
         .await;
 }
+
+/// A presigned GET of `key` signed by hand (the SDK refuses to presign for more than a
+/// week), valid for `expires` seconds from now.
+fn presigned_get(host: &str, key: &str, expires: u64) -> Vec<u8> {
+    let (stamp, scope, k) = sigv4_now();
+    let path = format!("/{BUCKET}/{key}");
+    let credential = format!("{AK}/{scope}").replace('/', "%2F");
+    let query = format!(
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={credential}&X-Amz-Date={stamp}&X-Amz-Expires={expires}&X-Amz-SignedHeaders=host"
+    );
+    let canonical = format!("GET\n{path}\n{query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex_sha256(canonical.as_bytes())
+    );
+    let signature = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    format!(
+        "GET {path}?{query}&X-Amz-Signature={signature} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// S3 takes presigned URLs valid for at most seven days; s3s takes any `X-Amz-Expires`, so
+/// without the gateway's check a URL could be made to work for 136 years.
+#[tokio::test(flavor = "multi_thread")]
+async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
+    let env = Env::start().await;
+    env.put("p", b"presigned").await;
+    let host = env.gateway.addr.to_string();
+    let week = 7 * 24 * 60 * 60;
+    let resp = send_raw(env.gateway.addr, &presigned_get(&host, "p", week)).await;
+    assert!(
+        resp.starts_with("HTTP/1.1 200"),
+        "a week is allowed: {resp}"
+    );
+    assert!(resp.ends_with("presigned"), "{resp}");
+    for expires in [week + 1, u64::from(u32::MAX)] {
+        let resp = send_raw(env.gateway.addr, &presigned_get(&host, "p", expires)).await;
+        assert!(
+            resp.starts_with("HTTP/1.1 400")
+                && resp.contains("<Code>AuthorizationQueryParametersError</Code>"),
+            "X-Amz-Expires={expires}: {resp}"
+        );
+    }
+}
+
+/// Regression: the gateway refuses SigV2 (s3s checks no clock for it), but looked for the
+/// raw text `AWSAccessKeyId=` in the query, while s3s decodes parameter names: a URL that
+/// spelled it `AWSAccessKey%49d` was verified as SigV2, with an expiry of the client's
+/// choosing.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigv2_presigned_urls_are_refused_however_they_spell_the_key() {
+    use base64::Engine as _;
+    let env = Env::start().await;
+    env.put("v2", b"x").await;
+    let expires = time::OffsetDateTime::now_utc().unix_timestamp() + 600;
+    let to_sign = format!("GET\n\n\n{expires}\n/{BUCKET}/v2");
+    let mac = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, SK.as_bytes()),
+        to_sign.as_bytes(),
+    );
+    let signature: String = percent_encoding::utf8_percent_encode(
+        &base64::engine::general_purpose::STANDARD.encode(mac.as_ref()),
+        percent_encoding::NON_ALPHANUMERIC,
+    )
+    .to_string();
+    let host = env.gateway.addr;
+    for name in ["AWSAccessKeyId", "AWSAccessKey%49d"] {
+        let raw = format!(
+            "GET /{BUCKET}/v2?{name}={AK}&Expires={expires}&Signature={signature} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        );
+        let resp = send_raw(host, raw.as_bytes()).await;
+        assert!(
+            resp.starts_with("HTTP/1.1 403") && resp.contains("signature version 2"),
+            "{name}: {resp}"
+        );
+    }
+}
+
+/// POST form uploads (browser uploads signed with a SigV4 POST policy) are refused, and
+/// s3s is not let to read the form's file into memory first.
+#[tokio::test(flavor = "multi_thread")]
+async fn signed_post_form_uploads_are_refused() {
+    use base64::Engine as _;
+    use std::fmt::Write as _;
+    let env = Env::start().await;
+    let host = env.gateway.addr;
+    let (stamp, scope, k) = sigv4_now();
+    let credential = format!("{AK}/{scope}");
+    let policy = format!(
+        r#"{{"expiration":"2099-01-01T00:00:00.000Z","conditions":[{{"bucket":"{BUCKET}"}},["starts-with","$key",""],{{"x-amz-algorithm":"AWS4-HMAC-SHA256"}},{{"x-amz-credential":"{credential}"}},{{"x-amz-date":"{stamp}"}}]}}"#
+    );
+    let policy = base64::engine::general_purpose::STANDARD.encode(policy);
+    let signature = hex::encode(hmac_sha256(&k, policy.as_bytes()));
+    let boundary = "kura-boundary";
+    let mut body = String::new();
+    for (name, value) in [
+        ("key", "posted"),
+        ("x-amz-algorithm", "AWS4-HMAC-SHA256"),
+        ("x-amz-credential", &credential),
+        ("x-amz-date", &stamp),
+        ("policy", &policy),
+        ("x-amz-signature", &signature),
+    ] {
+        write!(
+            body,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+        )
+        .unwrap();
+    }
+    write!(
+        body,
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\nContent-Type: application/octet-stream\r\n\r\n{}\r\n--{boundary}--\r\n",
+        "x".repeat(1000)
+    )
+    .unwrap();
+    let raw = format!(
+        "POST /{BUCKET} HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let resp = send_raw(host, raw.as_bytes()).await;
+    assert!(resp.starts_with("HTTP/1.1 4"), "{resp}");
+    env.assert_absent("posted", "a refused form stores nothing")
+        .await;
+}
+
+/// A connection that sends nothing is closed after the header read timeout, rather than
+/// held open for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_connections_are_closed() {
+    use tokio::io::AsyncReadExt as _;
+    let env = Env::start().await;
+    let mut socket = tokio::net::TcpStream::connect(env.gateway.addr)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let limit = kura_gateway::server::HEADER_READ_TIMEOUT;
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(
+        limit + std::time::Duration::from_secs(10),
+        socket.read(&mut buf),
+    )
+    .await
+    .expect("the gateway closes the connection")
+    .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(started.elapsed() + std::time::Duration::from_secs(1) >= limit);
+}
