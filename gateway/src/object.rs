@@ -57,6 +57,28 @@ pub(crate) fn range_not_satisfiable(size: u64) -> S3Error {
     e
 }
 
+/// Takes the objects of a DeleteObjects batch that `check` refuses out of it, and returns
+/// them as the per-key errors of the answer, as S3 reports a key it cannot delete.
+pub(crate) fn refuse_keys(
+    objects: &mut Vec<s3s::dto::ObjectIdentifier>,
+    check: impl Fn(&str) -> S3Result<()>,
+) -> Vec<s3s::dto::Error> {
+    let mut refused = Vec::new();
+    objects.retain(|o| match check(&o.key) {
+        Ok(()) => true,
+        Err(e) => {
+            refused.push(s3s::dto::Error {
+                code: Some(e.code().as_str().to_string()),
+                key: Some(o.key.clone()),
+                message: e.message().map(str::to_string),
+                version_id: o.version_id.clone(),
+            });
+            false
+        }
+    });
+    refused
+}
+
 /// Checks an object key the way S3 would before it reaches a filesystem upstream.
 pub(crate) fn check_key(key: &str) -> S3Result<()> {
     if key.is_empty() || key.len() > 1024 {

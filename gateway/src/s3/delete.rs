@@ -11,7 +11,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget};
+use crate::object::{check_key, forget, refuse_keys};
 use crate::upstream::request;
 
 pub(super) async fn delete_object(
@@ -35,19 +35,7 @@ pub(super) async fn delete_objects(
     // A key the gateway cannot name (only a writer going straight to the upstream can make
     // one) is reported in the answer's errors, as S3 reports a key it cannot delete, and the
     // rest of the batch goes on.
-    let mut refused = Vec::new();
-    input.delete.objects.retain(|o| match check_key(&o.key) {
-        Ok(()) => true,
-        Err(e) => {
-            refused.push(Error {
-                code: Some(e.code().as_str().to_string()),
-                key: Some(o.key.clone()),
-                message: e.message().map(str::to_string),
-                version_id: o.version_id.clone(),
-            });
-            false
-        }
-    });
+    let refused = refuse_keys(&mut input.delete.objects, check_key);
     for o in &mut input.delete.objects {
         o.e_tag = o
             .e_tag

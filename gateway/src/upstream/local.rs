@@ -11,8 +11,13 @@
 //!   S3 answers 404 and 204. rclone HEADs its destination path before every copy, so the
 //!   500s (retried by rclone and the gateway alike) cost it minutes.
 //! - s3s-fs leaves an object's sidecar files (attributes, ETag) behind when it deletes
-//!   the object; they are removed after the delete. (A PUT of the same key racing the
-//!   delete may lose its sidecars; the store is for one gateway on one machine.)
+//!   the object; they are removed after the delete, and so are the key's directories that
+//!   the delete left empty.
+//! - Keys it cannot keep as files of their own (`a//b`, names too long for the
+//!   filesystem) and completions whose part list it would refuse half-way are refused
+//!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match, which
+//!   s3s-fs ignores, is checked; DeleteBucket of a bucket with objects is 409
+//!   BucketNotEmpty, where s3s-fs removes the directory with everything in it.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -24,6 +29,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
+use super::local_checks::{completable, remove_empty_parents, storable_key};
 use super::request;
 
 const READ_CHUNK: usize = 1 << 20;
@@ -62,6 +68,7 @@ macro_rules! store {
             )*
 
             async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+                storable_key(&req.input.bucket, &req.input.key, false)?;
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
                     return super::local_put::put(&self.root, &self.locks, req.input).await.map(S3Response::new);
                 }
@@ -82,25 +89,77 @@ macro_rules! store {
             }
 
             async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+                // `a//b` would delete the file of `a/b`.
+                storable_key(&req.input.bucket, &req.input.key, false)?;
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
                 let _key = self.locks.lock(&bucket, &key).await;
+                if let Some(ETagCondition::ETag(want)) = &req.input.if_match {
+                    // s3s-fs ignores the condition.
+                    let head = HeadObjectInput { bucket: bucket.clone(), key: key.clone(), ..Default::default() };
+                    let current = self.fs.head_object(request(head)).await?.output.e_tag;
+                    if current.as_ref().map(ETag::value) != Some(want.value()) {
+                        return Err(s3_error!(PreconditionFailed));
+                    }
+                }
                 let out = self.fs.delete_object(req).await?;
                 super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
+                remove_empty_parents(&self.root, &bucket, &key).await;
                 Ok(out)
             }
 
-            async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+            async fn delete_objects(&self, mut req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
                 let bucket = req.input.bucket.clone();
+                let refused = crate::object::refuse_keys(&mut req.input.delete.objects, |k| storable_key(&bucket, k, false));
                 let keys: Vec<String> = req.input.delete.objects.iter().map(|o| o.key.clone()).collect();
-                let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
-                let out = self.fs.delete_objects(req).await?;
-                for key in out.output.deleted.iter().flatten().filter_map(|d| d.key.as_deref()) {
-                    super::local_put::remove_sidecars(&self.root, &bucket, key).await;
+                let mut out = if keys.is_empty() {
+                    S3Response::new(DeleteObjectsOutput::default())
+                } else {
+                    let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
+                    let out = self.fs.delete_objects(req).await?;
+                    for key in out.output.deleted.iter().flatten().filter_map(|d| d.key.as_deref()) {
+                        super::local_put::remove_sidecars(&self.root, &bucket, key).await;
+                        remove_empty_parents(&self.root, &bucket, key).await;
+                    }
+                    out
+                };
+                if !refused.is_empty() {
+                    out.output.errors.get_or_insert_with(Vec::new).extend(refused);
                 }
                 Ok(out)
+            }
+
+            async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+                storable_key(&req.input.bucket, &req.input.key, false)?;
+                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                self.fs.copy_object(req).await
+            }
+
+            async fn create_multipart_upload(&self, req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+                storable_key(&req.input.bucket, &req.input.key, true)?;
+                self.fs.create_multipart_upload(req).await
+            }
+
+            async fn complete_multipart_upload(&self, req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+                completable(&self.root, &req.input).await?;
+                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                self.fs.complete_multipart_upload(req).await
+            }
+
+            async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+                // s3s-fs removes the bucket's directory with everything in it; S3 refuses.
+                let any = ListObjectsV2Input {
+                    bucket: req.input.bucket.clone(),
+                    max_keys: Some(1),
+                    ..Default::default()
+                };
+                let listed = self.fs.list_objects_v2(request(any)).await?.output;
+                if listed.key_count.unwrap_or(0) > 0 || listed.contents.is_some_and(|c| !c.is_empty()) {
+                    return Err(s3_error!(BucketNotEmpty));
+                }
+                self.fs.delete_bucket(req).await
             }
         }
     };
@@ -109,17 +168,13 @@ macro_rules! store {
 store! {
     list_objects: ListObjectsInput => ListObjectsOutput;
     list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
-    copy_object: CopyObjectInput => CopyObjectOutput;
-    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
     upload_part: UploadPartInput => UploadPartOutput;
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput;
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
     list_parts: ListPartsInput => ListPartsOutput;
     list_buckets: ListBucketsInput => ListBucketsOutput;
     create_bucket: CreateBucketInput => CreateBucketOutput;
     head_bucket: HeadBucketInput => HeadBucketOutput;
-    delete_bucket: DeleteBucketInput => DeleteBucketOutput;
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
 }
 

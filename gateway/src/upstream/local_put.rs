@@ -163,11 +163,20 @@ pub(super) async fn put(
             tokio::fs::write(&side_tmp, json).await?;
             tokio::fs::rename(&side_tmp, &path).await?;
         }
-        if let Some(dir) = object.parent() {
-            tokio::fs::create_dir_all(dir).await?;
+        // A delete of another key may remove the directory, once empty, between the two
+        // steps (`local_checks.rs`); then it is made again.
+        let mut attempts = 0;
+        loop {
+            if let Some(dir) = object.parent() {
+                tokio::fs::create_dir_all(dir).await?;
+            }
+            match tokio::fs::rename(&tmp, &object).await {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                    attempts += 1;
+                }
+                done => break done,
+            }
         }
-        tokio::fs::rename(&tmp, &object).await?;
-        Ok::<_, std::io::Error>(())
     }
     .await;
     drop(key_lock);

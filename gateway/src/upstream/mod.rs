@@ -17,6 +17,7 @@ use crate::config::UpstreamConfig;
 mod counted;
 mod key_locks;
 mod local;
+mod local_checks;
 mod local_put;
 mod resume;
 mod retries;

@@ -283,3 +283,189 @@ async fn conditions_on_the_last_modified_a_client_was_given() {
         .unwrap_err();
     assert_eq!(status(&modified), Some(304));
 }
+
+/// Regression: s3s-fs deleted a bucket with everything in it (`remove_dir_all`); S3 answers
+/// 409 BucketNotEmpty, and rclone's `rmdir` relies on that.
+#[tokio::test]
+async fn a_bucket_with_objects_is_not_deleted() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "keep/me", b"precious").await;
+    let err = s3.delete_bucket().bucket(BUCKET).send().await.unwrap_err();
+    assert_eq!(status(&err), Some(409));
+    assert_eq!(
+        crate::harness::code(&err).as_deref(),
+        Some("BucketNotEmpty")
+    );
+    assert_eq!(crate::harness::get(&s3, "keep/me").await, b"precious");
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("keep/me")
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket().bucket(BUCKET).send().await.unwrap();
+}
+
+/// Regression: `a//b` is the file of `a/b` to s3s-fs. A PUT of it replaced `a/b`'s body
+/// under `a/b`'s old sidecars, and a delete of it deleted `a/b`. Such keys are refused, and
+/// so are keys too long for the store's file names (which failed half-way with a 500).
+#[tokio::test]
+async fn keys_the_store_cannot_keep_are_refused_and_harm_nothing() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "a/b", b"the real one").await;
+    let err = s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("a//b")
+        .body(b"impostor".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(400));
+    let err = s3
+        .delete_object()
+        .bucket(BUCKET)
+        .key("a//b")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(400));
+    let err = s3
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("a//b")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(400));
+    assert_eq!(crate::harness::get(&s3, "a/b").await, b"the real one");
+    let long = "k".repeat(400);
+    let err = s3
+        .put_object()
+        .bucket(BUCKET)
+        .key(&long)
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(400));
+    assert_eq!(
+        crate::harness::code(&err).as_deref(),
+        Some("KeyTooLongError")
+    );
+}
+
+/// Regression: deletes left a key's directories behind, and a later PUT of a key naming one
+/// of them failed with a 500 on every retry (the rename met a directory).
+#[tokio::test]
+async fn a_deleted_key_leaves_no_directory_in_the_way() {
+    let (dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "x/y/z", b"deep").await;
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("x/y/z")
+        .send()
+        .await
+        .unwrap();
+    assert!(!dir.path().join(BUCKET).join("x").exists());
+    crate::harness::put(&s3, "x", b"flat").await;
+    assert_eq!(crate::harness::get(&s3, "x").await, b"flat");
+    assert!(dir.path().join(BUCKET).is_dir(), "the bucket stays");
+}
+
+/// Regression: s3s-fs moved the upload's attributes onto the object and dropped the upload
+/// before it checked the part list, so a completion that left out part 2 made the existing
+/// object unreadable and the upload impossible to retry or abort. The list is checked
+/// first: the old object stays readable, and the upload can still be completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completion_with_a_gap_changes_nothing() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    let old = data(1000, 7);
+    crate::harness::put(&s3, "obj", &old).await;
+    let id = s3
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("obj")
+        .metadata("generation", "new")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let part = data(5 * 1024 * 1024, 8);
+    let mut done = Vec::new();
+    for n in [1, 2, 3] {
+        let out = s3
+            .upload_part()
+            .bucket(BUCKET)
+            .key("obj")
+            .upload_id(&id)
+            .part_number(n)
+            .body(part.clone().into())
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            aws_sdk_s3::types::CompletedPart::builder()
+                .part_number(n)
+                .e_tag(out.e_tag.unwrap())
+                .build(),
+        );
+    }
+    let complete = |parts: Vec<aws_sdk_s3::types::CompletedPart>| {
+        s3.complete_multipart_upload()
+            .bucket(BUCKET)
+            .key("obj")
+            .upload_id(&id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+    };
+    let gap = vec![done[0].clone(), done[2].clone()];
+    let err = complete(gap).await.unwrap_err();
+    assert_eq!(status(&err), Some(400), "{err:?}");
+    assert!(
+        crate::harness::get(&s3, "obj").await == old,
+        "the old object is whole"
+    );
+    complete(done).await.unwrap();
+    let whole: Vec<u8> = part.iter().chain(&part).chain(&part).copied().collect();
+    assert!(crate::harness::get(&s3, "obj").await == whole);
+}
+
+/// s3s-fs ignores If-Match on DeleteObject; the store checks it.
+#[tokio::test]
+async fn a_conditional_delete_of_a_changed_object_is_refused() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    let first = crate::harness::put(&s3, "c", b"one").await.e_tag.unwrap();
+    crate::harness::put(&s3, "c", b"two").await;
+    let err = s3
+        .delete_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_match(&first)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    assert_eq!(crate::harness::get(&s3, "c").await, b"two");
+    let current = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("c")
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("c")
+        .if_match(&current)
+        .send()
+        .await
+        .unwrap();
+}

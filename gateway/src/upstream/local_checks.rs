@@ -1,0 +1,123 @@
+//! What the embedded store checks before it hands a call to s3s-fs, whose own checks come
+//! after it has changed files, and the tidying after its deletes.
+//!
+//! - Keys: s3s-fs maps a key to a path, so `a//b` is the file of `a/b` (with sidecars of
+//!   its own), and a name longer than the filesystem takes fails half-way. Keys it cannot
+//!   hold faithfully are refused before anything is written.
+//! - Completions: s3s-fs drops the upload and moves its attributes onto the object before
+//!   it checks the part list; a gap in the numbering or a short middle part then leaves the
+//!   object with another object's attributes and the upload gone. The list is checked
+//!   first.
+//! - Deletes leave the directories of a key behind, and a later PUT of a key that names one
+//!   of them cannot be stored; empty ones are removed.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use s3s::dto::CompleteMultipartUploadInput;
+use s3s::{S3Result, s3_error};
+
+/// The longest file name the filesystems kura runs on take (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// s3s-fs's smallest part but the last, which it checks only after it has copied parts.
+const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+
+/// Refuses a key the store cannot keep as its own file with its own sidecars: one with an
+/// empty path segment, a segment longer than a file name may be, or one whose sidecar name
+/// (`.bucket-B.object-K[.upload-UUID].metadata.json`, base64 names) would be too long.
+/// `upload` asks for the longer name a multipart upload's attributes get.
+pub(super) fn storable_key(bucket: &str, key: &str, upload: bool) -> S3Result<()> {
+    if key.contains("//") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "the embedded store cannot keep keys with an empty path segment (`//`)"
+        ));
+    }
+    let b64 = |s: &str| URL_SAFE_NO_PAD.encode(s).len();
+    let upload_part = if upload { ".upload-".len() + 36 } else { 0 };
+    let sidecar = ".bucket-".len()
+        + b64(bucket)
+        + ".object-".len()
+        + b64(key)
+        + upload_part
+        + ".metadata.json".len();
+    if sidecar > NAME_MAX || key.split('/').any(|s| s.len() > NAME_MAX) {
+        return Err(s3_error!(
+            KeyTooLongError,
+            "the embedded store keeps keys of up to about {} bytes in this bucket",
+            (NAME_MAX - (sidecar - b64(key))) * 3 / 4
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a completion's part list the way s3s-fs will, before it changes anything: parts
+/// numbered 1, 2, 3, ..., each uploaded, and each but the last at least 5 MiB.
+pub(super) async fn completable(root: &Path, input: &CompleteMultipartUploadInput) -> S3Result<()> {
+    let parts = input
+        .multipart_upload
+        .as_ref()
+        .and_then(|m| m.parts.as_deref())
+        .unwrap_or_default();
+    if !input
+        .upload_id
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() || b == b'-')
+    {
+        // Not one of s3s-fs's IDs (UUIDs); s3s-fs refuses it before changing anything.
+        return Ok(());
+    }
+    let count = parts.len();
+    for (i, part) in parts.iter().enumerate() {
+        let want = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        let number = part.part_number.unwrap_or(0);
+        if number != want {
+            return Err(s3_error!(
+                InvalidPart,
+                "the embedded store completes parts numbered 1, 2, 3, ... with none left out; part {want} is not in the list"
+            ));
+        }
+        let path = root.join(format!(".upload_id-{}.part-{number}", input.upload_id));
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(|_| s3_error!(InvalidPart, "part {number} was not uploaded"))?
+            .len();
+        if i + 1 < count && size < MIN_PART_SIZE {
+            return Err(s3_error!(
+                EntityTooSmall,
+                "part {number} is smaller than 5 MiB and not the last"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Removes the directories of `key` that its delete left empty, up to the bucket's.
+pub(super) async fn remove_empty_parents(root: &Path, bucket: &str, key: &str) {
+    let top = root.join(bucket);
+    let mut dir = top.join(key);
+    while dir.pop() && dir.starts_with(&top) && dir != top {
+        // Fails, and stops the walk, at the first directory that still holds something.
+        if tokio::fs::remove_dir(&dir).await.is_err() {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_the_store_cannot_keep_are_refused() {
+        assert!(storable_key("b", "a/b/c", true).is_ok());
+        assert!(storable_key("b", "a//b", false).is_err());
+        assert!(storable_key("b", &"k".repeat(150), false).is_ok());
+        assert!(storable_key("b", &"k".repeat(180), false).is_err());
+        // The upload's sidecar name is longer.
+        assert!(storable_key("b", &"k".repeat(150), true).is_err());
+        assert!(storable_key("b", &format!("{}/x", "s".repeat(256)), false).is_err());
+    }
+}
