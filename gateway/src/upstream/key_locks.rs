@@ -7,21 +7,22 @@
 //! grow with the number of keys.
 
 use std::hash::BuildHasher as _;
+use std::sync::Arc;
 
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard};
 
 /// Stripes: enough that unrelated keys rarely wait on each other.
 const STRIPES: usize = 256;
 
 pub(super) struct KeyLocks {
-    stripes: Box<[Mutex<()>]>,
+    stripes: Box<[Arc<Mutex<()>>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
 impl KeyLocks {
     pub(super) fn new() -> Self {
         Self {
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            stripes: (0..STRIPES).map(|_| Arc::new(Mutex::new(()))).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
         }
     }
@@ -33,6 +34,15 @@ impl KeyLocks {
     /// The lock of one object.
     pub(super) async fn lock(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
         self.stripes[self.stripe(bucket, key)].lock().await
+    }
+
+    /// The lock of one object, held by a task of its own (one that must not be cancelled
+    /// half-way by a client that goes away).
+    pub(super) async fn lock_owned(&self, bucket: &str, key: &str) -> OwnedMutexGuard<()> {
+        self.stripes[self.stripe(bucket, key)]
+            .clone()
+            .lock_owned()
+            .await
     }
 
     /// The locks of several objects, taken in stripe order (so two callers never wait on

@@ -8,6 +8,10 @@
 //! ETag as an MD5 (the `-0` suffix, `README.md`). Requests that need more (a Content-MD5,
 //! checksums, conditions, a directory key) still go to s3s-fs.
 //!
+//! A stored object is durable before the 200 (its body, sidecars and directories are
+//! synced), a body that is broken off leaves no temporary file, and the final renames run
+//! to the end even if the client goes away meanwhile.
+//!
 //! The layout is s3s-fs 0.14.1's (`fs.rs`: `get_object_path`, `get_metadata_path`,
 //! `get_internal_info_path`), which is why `Cargo.toml` pins that exact version.
 
@@ -107,9 +111,11 @@ pub(super) async fn put(
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     );
-    let tmp = root.join(format!(".tmp.{unique}.internal.part"));
+    let tmp = Scratch(Some(root.join(format!(".tmp.{unique}.internal.part"))));
     let written = async {
-        let file = tokio::fs::File::create(&tmp).await.map_err(internal)?;
+        let file = tokio::fs::File::create(tmp.path())
+            .await
+            .map_err(internal)?;
         let mut out = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
         let mut size = 0u64;
         while let Some(piece) = body.next().await {
@@ -127,17 +133,14 @@ pub(super) async fn put(
                 "body length differs from Content-Length"
             ));
         }
+        // A 200 promises the object: it must survive a power loss.
+        out.get_ref().sync_all().await.map_err(internal)?;
         Ok(())
     }
     .await;
-    if let Err(e) = written {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(e);
-    }
-    // The sidecars go in before the object: a crash in between leaves sidecars of an
-    // object that is not there (a 404, as before the PUT) rather than an object without
-    // its attributes. (An overwrite killed in between leaves the old body with the new
-    // sidecars: a crash of the store's own process, which real S3 does not have.)
+    // On an error here, or a client that went away mid-body (the future dropped), the
+    // guard removes the temporary file.
+    written?;
     let attributes = Attributes {
         user_metadata: input.metadata.as_ref(),
         content_encoding: input.content_encoding.as_deref(),
@@ -150,44 +153,108 @@ pub(super) async fn put(
     let etag = random_etag()?;
     let mut info = serde_json::Map::new();
     info.insert("e_tag".into(), serde_json::Value::String(etag.clone()));
+    let placing = Placing {
+        root: root.to_path_buf(),
+        object,
+        sidecars: [
+            (
+                sidecar(root, &input.bucket, &input.key, "metadata"),
+                serde_json::to_vec(&attributes).map_err(internal)?,
+            ),
+            (
+                sidecar(root, &input.bucket, &input.key, "internal"),
+                serde_json::to_vec(&info).map_err(internal)?,
+            ),
+        ],
+        unique,
+        body: tmp,
+    };
     // Sidecars and body are replaced under the key's lock (`key_locks.rs`); the body was
-    // received without it.
-    let key_lock = locks.lock(&input.bucket, &input.key).await;
-    let placed = async {
-        for (what, json) in [
-            ("metadata", serde_json::to_vec(&attributes)?),
-            ("internal", serde_json::to_vec(&info)?),
-        ] {
-            let path = sidecar(root, &input.bucket, &input.key, what);
-            let side_tmp = root.join(format!(".tmp.{unique}-{what}.internal.part"));
-            tokio::fs::write(&side_tmp, json).await?;
-            tokio::fs::rename(&side_tmp, &path).await?;
+    // received without it. The placing runs as a task of its own: a client that goes away
+    // now must not stop it between the sidecars and the body, which would leave the old
+    // body beside the new sidecars.
+    let key_lock = locks.lock_owned(&input.bucket, &input.key).await;
+    tokio::spawn(async move {
+        let _key_lock = key_lock;
+        placing.place().await
+    })
+    .await
+    .map_err(internal)?
+    .map_err(internal)?;
+    Ok(PutObjectOutput {
+        e_tag: Some(ETag::Strong(etag)),
+        ..Default::default()
+    })
+}
+
+/// A temporary file in the store's root, removed when dropped unless it was placed.
+struct Scratch(Option<PathBuf>);
+
+impl Scratch {
+    fn path(&self) -> &Path {
+        self.0.as_deref().unwrap_or_else(|| Path::new(""))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            // Blocking, but one unlink, and only when a write did not complete.
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A received body and its sidecars, ready to be put in place.
+struct Placing {
+    root: PathBuf,
+    object: PathBuf,
+    sidecars: [(PathBuf, Vec<u8>); 2],
+    unique: String,
+    body: Scratch,
+}
+
+impl Placing {
+    /// The sidecars go in before the object: a crash in between leaves sidecars of an
+    /// object that is not there (a 404, as before the PUT) rather than an object without
+    /// its attributes. (An overwrite killed in between leaves the old body with the new
+    /// sidecars: a crash of the store's own process, which real S3 does not have.)
+    async fn place(mut self) -> std::io::Result<()> {
+        for (i, (path, json)) in self.sidecars.iter().enumerate() {
+            let mut side_tmp = Scratch(Some(
+                self.root
+                    .join(format!(".tmp.{}-{i}.internal.part", self.unique)),
+            ));
+            let mut f = tokio::fs::File::create(side_tmp.path()).await?;
+            f.write_all(json).await?;
+            f.sync_all().await?;
+            tokio::fs::rename(side_tmp.path(), path).await?;
+            side_tmp.0 = None;
         }
         // A delete of another key may remove the directory, once empty, between the two
         // steps (`local_checks.rs`); then it is made again.
         let mut attempts = 0;
         loop {
-            if let Some(dir) = object.parent() {
+            if let Some(dir) = self.object.parent() {
                 tokio::fs::create_dir_all(dir).await?;
             }
-            match tokio::fs::rename(&tmp, &object).await {
+            match tokio::fs::rename(self.body.path(), &self.object).await {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
                     attempts += 1;
                 }
-                done => break done,
+                done => break done?,
             }
         }
+        self.body.0 = None;
+        // The renames themselves are durable once their directories are.
+        for dir in [Some(self.root.as_path()), self.object.parent()]
+            .into_iter()
+            .flatten()
+        {
+            tokio::fs::File::open(dir).await?.sync_all().await?;
+        }
+        Ok(())
     }
-    .await;
-    drop(key_lock);
-    if let Err(e) = placed {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(internal(e));
-    }
-    Ok(PutObjectOutput {
-        e_tag: Some(ETag::Strong(etag)),
-        ..Default::default()
-    })
 }
 
 /// 128 random bits in hex: unique per write, like an MD5 in shape only.

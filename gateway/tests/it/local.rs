@@ -469,3 +469,52 @@ async fn a_conditional_delete_of_a_changed_object_is_refused() {
         .await
         .unwrap();
 }
+
+/// A client that goes away in the middle of a PUT's body leaves no temporary file behind
+/// (the store's root holds only sidecars afterwards), and the key is not created.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_broken_off_leaves_no_temporary_file() {
+    let (dir, _gateway, s3) = local_gateway().await;
+    let chunks = futures::stream::iter((0..40).map(|i| {
+        if i < 8 {
+            Ok(hyper::body::Frame::data(bytes::Bytes::from(vec![
+                7u8;
+                256 * 1024
+            ])))
+        } else {
+            Err(std::io::Error::other("the client gives up"))
+        }
+    }));
+    let body =
+        aws_sdk_s3::primitives::ByteStream::from_body_1_x(http_body_util::StreamBody::new(chunks));
+    let result = s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("broken")
+        .content_length(10 * 1024 * 1024)
+        .body(body)
+        .send()
+        .await;
+    assert!(result.is_err());
+    // The gateway notices the broken connection on its own time.
+    let mut left = Vec::new();
+    for _ in 0..50 {
+        left = root_files(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with(".tmp."))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+    let err = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("broken")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(404));
+}
