@@ -27,6 +27,7 @@ pub mod upstream;
 mod body;
 mod etag;
 mod gateway;
+mod host;
 mod object;
 mod s3;
 mod upload_id;

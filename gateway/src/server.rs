@@ -399,8 +399,7 @@ pub async fn start_with_upstream(
         s3s_config,
     ))));
     if let Some(domain) = &config.virtual_host_domain {
-        let host = s3s::host::SingleDomain::new(domain)
-            .map_err(|e| ServerError::Domain(format!("{e:?}")))?;
+        let host = crate::host::BaseDomain::new(domain).map_err(ServerError::Domain)?;
         builder.set_host(host);
     }
     let app = App {

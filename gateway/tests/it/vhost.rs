@@ -74,5 +74,14 @@ async fn bucket_in_the_host_name_and_in_the_path_both_work() {
     )
     .await;
     assert!(resp.starts_with(b"HTTP/1.1 200"));
+    // Regression: path style with any other host name (a sidecar's `localhost`, a
+    // Kubernetes service name) took that name for the bucket.
+    for host in [format!("localhost:{port}"), "kura-gateway".to_string()] {
+        let resp = send(gw.addr, &signed_get(&host, "/vhost/dir/file")).await;
+        let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&resp[..split]);
+        assert!(head.starts_with("HTTP/1.1 200"), "{host}: {head}");
+        assert_eq!(&resp[split + 4..], &body[..], "{host}");
+    }
     gw.shutdown().await;
 }
