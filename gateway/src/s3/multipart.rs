@@ -25,6 +25,11 @@ use crate::{etag, upload_id};
 /// Largest piece of a server-side copy: S3 allows 5 GiB per UploadPartCopy, B2 5 GB.
 const MAX_COPY_PART: u64 = 5_000_000_000;
 
+/// How long a completion may take upstream before the client's answer starts with 200 and
+/// keep-alive whitespace: errors until then keep their own status (412, 400), and clients
+/// give up on a silent connection after 60 s (aws-cli, boto3).
+const COMPLETION_PROMPT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(super) async fn create(
     gw: &Gateway,
     req: S3Request<CreateMultipartUploadInput>,
@@ -302,49 +307,89 @@ pub(super) async fn complete(
         if_none_match: super::put::upstream_condition(input.if_none_match.take()),
         ..input
     };
-    let out = gw
-        .upstream
-        .s3()
-        .complete_multipart_upload(request(up))
-        .await?
-        .output;
+    // The upstream's completion runs as a task of its own: a client that goes away does
+    // not cut it short, and one that waits gets keep-alive bytes once it takes long.
+    let mut completion = tokio::spawn({
+        let gw = gw.clone();
+        async move {
+            gw.upstream
+                .s3()
+                .complete_multipart_upload(request(up))
+                .await
+                .map(|r| r.output)
+        }
+    });
+    let payload = secrets.payload_key(cipher);
+    let gw = gw.clone();
+    let Ok(joined) = tokio::time::timeout(COMPLETION_PROMPT, &mut completion).await else {
+        // Still running: the client gets its 200 now, whitespace while it waits (as S3
+        // sends), and the answer or an error in the body at the end.
+        let finish = async move {
+            let out = completion
+                .await
+                .map_err(|e| s3_error!(InternalError, "completion: {e}"))??;
+            completed(&gw, (bucket, key), layout, &payload, out).await
+        };
+        return Ok(S3Response::new(CompleteMultipartUploadOutput {
+            future: Some(Box::pin(finish)),
+            ..Default::default()
+        }));
+    };
+    let out = joined.map_err(|e| s3_error!(InternalError, "completion: {e}"))??;
+    if is_regular(&layout) {
+        return Ok(S3Response::new(
+            completed(&gw, (bucket, key), layout, &payload, out).await?,
+        ));
+    }
+    // The trailer rewrite copies the whole object server-side, which can take a while:
+    // hand it to s3s as the completion future, so the client gets its 200 at once and
+    // keep-alive whitespace until the final XML (as S3 itself does).
+    let finish = async move { completed(&gw, (bucket, key), layout, &payload, out).await };
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        future: Some(Box::pin(finish)),
+        ..Default::default()
+    }))
+}
+
+/// The client's answer to an upload the upstream completed (`out`): for an irregular
+/// layout, after the trailer rewrite.
+async fn completed(
+    gw: &Gateway,
+    (bucket, key): (String, String),
+    layout: Vec<PartInfo>,
+    payload: &PayloadKey,
+    out: CompleteMultipartUploadOutput,
+) -> S3Result<CompleteMultipartUploadOutput> {
     forget(gw, &bucket, &key).await;
     if is_regular(&layout) {
-        let output = CompleteMultipartUploadOutput {
+        return Ok(CompleteMultipartUploadOutput {
             bucket: Some(bucket),
             key: Some(key),
             e_tag: out.e_tag.as_ref().map(etag::to_client),
             version_id: out.version_id,
             location: out.location,
             ..Default::default()
-        };
-        return Ok(S3Response::new(output));
+        });
     }
-    // The trailer rewrite copies the whole object server-side, which can take a while:
-    // hand it to s3s as the completion future, so the client gets its 200 at once and
-    // keep-alive whitespace until the final XML (as S3 itself does).
-    let gw = gw.clone();
-    let payload = secrets.payload_key(cipher);
-    let location = out.location.clone();
-    let completed = (out.e_tag.clone(), out.version_id.clone());
-    let finish = async move {
-        let result = append_trailer(&gw, &bucket, &key, &payload, &layout, completed).await;
-        forget(&gw, &bucket, &key).await;
-        let (e_tag, version_id) = result?;
-        Ok(CompleteMultipartUploadOutput {
-            bucket: Some(bucket),
-            key: Some(key),
-            e_tag: Some(etag::to_client(&e_tag)),
-            version_id,
-            location,
-            ..Default::default()
-        })
-    };
-    let output = CompleteMultipartUploadOutput {
-        future: Some(Box::pin(finish)),
+    let result = append_trailer(
+        gw,
+        &bucket,
+        &key,
+        payload,
+        &layout,
+        (out.e_tag.clone(), out.version_id.clone()),
+    )
+    .await;
+    forget(gw, &bucket, &key).await;
+    let (e_tag, version_id) = result?;
+    Ok(CompleteMultipartUploadOutput {
+        bucket: Some(bucket),
+        key: Some(key),
+        e_tag: Some(etag::to_client(&e_tag)),
+        version_id,
+        location: out.location,
         ..Default::default()
-    };
-    Ok(S3Response::new(output))
+    })
 }
 
 /// Rewrites a completed irregular object with its layout trailer appended: a server-side

@@ -9,7 +9,7 @@ use crate::harness::{self, BUCKET, Env, data};
 
 const MIB: usize = 1 << 20;
 
-async fn create(client: &Client, key: &str) -> String {
+pub(crate) async fn create(client: &Client, key: &str) -> String {
     let out = client
         .create_multipart_upload()
         .bucket(BUCKET)
@@ -20,7 +20,13 @@ async fn create(client: &Client, key: &str) -> String {
     out.upload_id().unwrap().to_string()
 }
 
-async fn upload(client: &Client, key: &str, id: &str, n: i32, body: Vec<u8>) -> CompletedPart {
+pub(crate) async fn upload(
+    client: &Client,
+    key: &str,
+    id: &str,
+    n: i32,
+    body: Vec<u8>,
+) -> CompletedPart {
     let out = client
         .upload_part()
         .bucket(BUCKET)

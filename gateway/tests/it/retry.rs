@@ -674,3 +674,53 @@ async fn a_conditional_delete_names_the_upstream_etag() {
         .collect();
     assert_eq!(sent, [Some(client_etag.replace("-0\"", "\""))]);
 }
+
+fn is_completion(p: &str) -> bool {
+    p.starts_with("/bucket/r") && p.contains("uploadId=")
+}
+
+/// Regression: the gateway answered a completion only when the upstream's had arrived, so a
+/// completion that took the upstream long (S3 documents minutes for large objects; the
+/// embedded store copies every part) left the client without a byte until its read
+/// timeout. Past a few seconds the client now gets its 200 and keep-alive whitespace, and
+/// the final answer at the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_upstream_completion_keeps_the_client_waiting() {
+    let (_upstream, proxy, _gateway, client) = env().await;
+    let body = data(300 * 1024, 35);
+    let id = crate::multipart::create(&client, "r").await;
+    let part = crate::multipart::upload(&client, "r", &id, 1, body.clone()).await;
+    proxy.fail_next(
+        Method::POST,
+        is_completion,
+        1,
+        Fault::Delay(Duration::from_secs(20)),
+    );
+    // A client that gives up when no byte arrives for 15 s.
+    let impatient = aws_sdk_s3::Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .read_timeout(Duration::from_secs(15))
+                    .build(),
+            )
+            .build(),
+    );
+    let out = impatient
+        .complete_multipart_upload()
+        .bucket(BUCKET)
+        .key("r")
+        .upload_id(&id)
+        .multipart_upload(
+            aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .parts(part)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(out.e_tag().is_some());
+    assert!(get(&client, "r").await == body);
+}
