@@ -45,14 +45,26 @@ impl KeyLocks {
             .await
     }
 
-    /// The locks of several objects, taken in stripe order (so two callers never wait on
-    /// each other in a cycle).
+    /// The locks of several objects of one bucket, taken in stripe order (so two callers
+    /// never wait on each other in a cycle).
     pub(super) async fn lock_all<'k>(
         &self,
         bucket: &str,
         keys: impl IntoIterator<Item = &'k str>,
     ) -> Vec<MutexGuard<'_, ()>> {
-        let mut stripes: Vec<usize> = keys.into_iter().map(|k| self.stripe(bucket, k)).collect();
+        self.lock_objects(keys.into_iter().map(|k| (bucket, k)))
+            .await
+    }
+
+    /// The locks of several objects, each named by (bucket, key), in stripe order.
+    pub(super) async fn lock_objects<'k>(
+        &self,
+        objects: impl IntoIterator<Item = (&'k str, &'k str)>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = objects
+            .into_iter()
+            .map(|(b, k)| self.stripe(b, k))
+            .collect();
         stripes.sort_unstable();
         stripes.dedup();
         let mut guards = Vec::with_capacity(stripes.len());

@@ -15,8 +15,8 @@
 //!   the delete left empty.
 //! - Keys it cannot keep as files of their own (`a//b`, names too long for the
 //!   filesystem) and completions whose part list it would refuse half-way are refused
-//!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match, which
-//!   s3s-fs ignores, is checked; DeleteBucket of a bucket with objects is 409
+//!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match and a
+//!   copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteBucket of a bucket with objects is 409
 //!   BucketNotEmpty, where s3s-fs removes the directory with everything in it.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
@@ -133,8 +133,17 @@ macro_rules! store {
 
             async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
-                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let source = copy_source(&req.input.copy_source)?;
+                let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
+                self.source_holds(source, req.input.copy_source_if_match.as_ref()).await?;
                 self.fs.copy_object(req).await
+            }
+
+            async fn upload_part_copy(&self, req: S3Request<UploadPartCopyInput>) -> S3Result<S3Response<UploadPartCopyOutput>> {
+                let source = copy_source(&req.input.copy_source)?;
+                let _key = self.locks.lock(source.0, source.1).await;
+                self.source_holds(source, req.input.copy_source_if_match.as_ref()).await?;
+                self.fs.upload_part_copy(req).await
             }
 
             async fn create_multipart_upload(&self, req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
@@ -169,7 +178,6 @@ store! {
     list_objects: ListObjectsInput => ListObjectsOutput;
     list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
     upload_part: UploadPartInput => UploadPartOutput;
-    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
     list_parts: ListPartsInput => ListPartsOutput;
     list_buckets: ListBucketsInput => ListBucketsOutput;
@@ -178,7 +186,42 @@ store! {
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
 }
 
+/// The (bucket, key) a copy reads.
+fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+    match source {
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
+        _ => Err(s3_error!(
+            NotImplemented,
+            "the local store copies from buckets only"
+        )),
+    }
+}
+
 impl LocalDir {
+    /// Checks a copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, under the
+    /// source's lock: the gateway pins the pieces of its server-side copies to the object
+    /// it read, and a copy must not mix in bytes of one written since.
+    async fn source_holds(
+        &self,
+        (bucket, key): (&str, &str),
+        if_match: Option<&ETagCondition>,
+    ) -> S3Result<()> {
+        let Some(ETagCondition::ETag(want)) = if_match else {
+            return Ok(());
+        };
+        let head = HeadObjectInput {
+            bucket: bucket.into(),
+            key: key.into(),
+            ..Default::default()
+        };
+        let current = self.fs.head_object(request(head)).await?.output.e_tag;
+        if current.as_ref().map(ETag::value) == Some(want.value()) {
+            Ok(())
+        } else {
+            Err(s3_error!(PreconditionFailed, "the copy source changed"))
+        }
+    }
+
     /// Whether `key` names a directory of the store rather than an object. s3s-fs keeps
     /// keys that end in `/` as directories on purpose, so those are left to it.
     async fn names_directory(&self, bucket: &str, key: &str) -> bool {

@@ -31,7 +31,19 @@ pub struct Upstream {
 pub async fn start_upstream() -> Upstream {
     let dir = tempfile::tempdir().unwrap();
     let fs = s3s_fs::FileSystem::new(dir.path()).unwrap();
-    let mut b = s3s::service::S3ServiceBuilder::new(fs);
+    serve_upstream(fs, dir).await
+}
+
+/// The embedded default's store (`LocalDir`) served as an S3 server on loopback, to be
+/// called directly, without a gateway in front.
+pub async fn start_local_upstream() -> Upstream {
+    let dir = tempfile::tempdir().unwrap();
+    let store = kura_gateway::upstream::LocalDir::new(dir.path()).unwrap();
+    serve_upstream(store, dir).await
+}
+
+async fn serve_upstream(store: impl s3s::S3, dir: tempfile::TempDir) -> Upstream {
+    let mut b = s3s::service::S3ServiceBuilder::new(store);
     b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
     let service = b.build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

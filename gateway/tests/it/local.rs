@@ -518,3 +518,73 @@ async fn an_upload_broken_off_leaves_no_temporary_file() {
         .unwrap_err();
     assert_eq!(status(&err), Some(404));
 }
+
+/// s3s-fs ignores `x-amz-copy-source-if-match`; the store checks it, under the source's
+/// lock. The gateway pins the pieces of its server-side copies (large copies, the trailer
+/// rewrite of irregular uploads) to the object it read, and a copy must not mix in bytes
+/// of an object written since. Called directly, with no gateway in front.
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_hold_to_the_source_they_were_pinned_to() {
+    use aws_sdk_s3::types::CompletedMultipartUpload;
+    let store = crate::harness::start_local_upstream().await;
+    let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
+    s3.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let old = crate::harness::put(&s3, "src", b"first")
+        .await
+        .e_tag
+        .unwrap();
+    let new = crate::harness::put(&s3, "src", b"second")
+        .await
+        .e_tag
+        .unwrap();
+    let id = s3
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("dst")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let part_copy = |pin: &str| {
+        s3.upload_part_copy()
+            .bucket(BUCKET)
+            .key("dst")
+            .upload_id(&id)
+            .part_number(1)
+            .copy_source(format!("{BUCKET}/src"))
+            .copy_source_if_match(pin)
+            .send()
+    };
+    let err = part_copy(&old).await.unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    let part = part_copy(&new).await.unwrap();
+    s3.complete_multipart_upload()
+        .bucket(BUCKET)
+        .key("dst")
+        .upload_id(&id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(
+                    aws_sdk_s3::types::CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.copy_part_result.unwrap().e_tag.unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(crate::harness::get(&s3, "dst").await, b"second");
+    let err = s3
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/src"))
+        .copy_source_if_match(&old)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+}
