@@ -36,7 +36,7 @@ const READ_CHUNK: usize = 1 << 20;
 
 /// s3s-fs with a fast object reader.
 pub struct LocalDir {
-    fs: s3s_fs::FileSystem,
+    fs: std::sync::Arc<s3s_fs::FileSystem>,
     root: PathBuf,
     locks: super::key_locks::KeyLocks,
 }
@@ -50,7 +50,7 @@ impl LocalDir {
         let fs = s3s_fs::FileSystem::new(root).map_err(|e| format!("{e:?}"))?;
         let root = root.canonicalize().map_err(|e| e.to_string())?;
         Ok(Self {
-            fs,
+            fs: std::sync::Arc::new(fs),
             root,
             locks: super::key_locks::KeyLocks::new(),
         })
@@ -70,7 +70,7 @@ macro_rules! store {
             async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
-                    return super::local_put::put(&self.root, &self.locks, req.input).await.map(S3Response::new);
+                    return super::local_put::put(&self.root, &self.locks, &self.fs, req.input).await.map(S3Response::new);
                 }
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 self.fs.put_object(req).await

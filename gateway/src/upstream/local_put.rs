@@ -5,8 +5,10 @@
 //! stores the object and its two sidecar files in s3s-fs's layout (so that s3s-fs keeps
 //! serving HEAD, listings, copies and deletes of it) with a random ETag instead: an entity
 //! tag only has to change when the object does, and the gateway never shows an upstream
-//! ETag as an MD5 (the `-0` suffix, `README.md`). Requests that need more (a Content-MD5,
-//! checksums, conditions, a directory key) still go to s3s-fs.
+//! ETag as an MD5 (the `-0` suffix, `README.md`). Its conditions (If-Match,
+//! If-None-Match) are checked under the key's lock just before the object is put in place,
+//! so the body streams in without holding the lock. Requests that need more (a Content-MD5,
+//! checksums, a directory key) still go to s3s-fs.
 //!
 //! A stored object is durable before the 200 (its body, sidecars and directories are
 //! synced), a body that is broken off leaves no temporary file, and the final renames run
@@ -22,8 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::StreamExt as _;
-use s3s::dto::{ETag, PutObjectInput, PutObjectOutput};
-use s3s::{S3Error, S3Result, s3_error};
+use std::sync::Arc;
+
+use s3s::dto::{ETag, ETagCondition, HeadObjectInput, PutObjectInput, PutObjectOutput};
+use s3s::{S3, S3Error, S3ErrorCode, S3Result, s3_error};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt as _;
 
@@ -39,10 +43,6 @@ pub(super) fn handles(input: &PutObjectInput) -> bool {
         && input.checksum_crc64nvme.is_none()
         && input.checksum_sha1.is_none()
         && input.checksum_sha256.is_none()
-        && input.if_match.is_none()
-        && input.if_none_match.is_none()
-        && input.expires.is_none()
-        && input.storage_class.is_none()
         && !input.key.ends_with('/')
 }
 
@@ -61,6 +61,8 @@ struct Attributes<'a> {
     content_language: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     website_redirect_location: Option<&'a str>,
 }
@@ -91,9 +93,16 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
 pub(super) async fn put(
     root: &Path,
     locks: &super::key_locks::KeyLocks,
+    fs: &Arc<s3s_fs::FileSystem>,
     input: PutObjectInput,
 ) -> S3Result<PutObjectOutput> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if let Some(class) = &input.storage_class
+        && !["STANDARD", "REDUCED_REDUNDANCY"].contains(&class.as_str())
+    {
+        // The store has one class; s3s-fs refuses the others the same way.
+        return Err(s3_error!(InvalidStorageClass));
+    }
     let object = root.join(&input.bucket).join(&input.key);
     if !object.starts_with(root) || input.key.split('/').any(|c| c == "..") {
         return Err(s3_error!(InvalidArgument, "key escapes the bucket"));
@@ -112,35 +121,7 @@ pub(super) async fn put(
         COUNTER.fetch_add(1, Ordering::Relaxed)
     );
     let tmp = Scratch(Some(root.join(format!(".tmp.{unique}.internal.part"))));
-    let written = async {
-        let file = tokio::fs::File::create(tmp.path())
-            .await
-            .map_err(internal)?;
-        let mut out = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
-        let mut size = 0u64;
-        while let Some(piece) = body.next().await {
-            let piece = piece.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
-            size += piece.len() as u64;
-            out.write_all(&piece).await.map_err(internal)?;
-        }
-        out.flush().await.map_err(internal)?;
-        if input
-            .content_length
-            .is_some_and(|n| u64::try_from(n) != Ok(size))
-        {
-            return Err(s3_error!(
-                IncompleteBody,
-                "body length differs from Content-Length"
-            ));
-        }
-        // A 200 promises the object: it must survive a power loss.
-        out.get_ref().sync_all().await.map_err(internal)?;
-        Ok(())
-    }
-    .await;
-    // On an error here, or a client that went away mid-body (the future dropped), the
-    // guard removes the temporary file.
-    written?;
+    receive(&tmp, &mut body, input.content_length).await?;
     let attributes = Attributes {
         user_metadata: input.metadata.as_ref(),
         content_encoding: input.content_encoding.as_deref(),
@@ -148,6 +129,12 @@ pub(super) async fn put(
         content_disposition: input.content_disposition.as_deref(),
         content_language: input.content_language.as_deref(),
         cache_control: input.cache_control.as_deref(),
+        expires: input.expires.as_ref().and_then(|t| {
+            let mut buf = Vec::new();
+            t.format(s3s::dto::TimestampFormat::DateTime, &mut buf)
+                .ok()?;
+            String::from_utf8(buf).ok()
+        }),
         website_redirect_location: input.website_redirect_location.as_deref(),
     };
     let etag = random_etag()?;
@@ -173,18 +160,93 @@ pub(super) async fn put(
     // received without it. The placing runs as a task of its own: a client that goes away
     // now must not stop it between the sidecars and the body, which would leave the old
     // body beside the new sidecars.
+    let conditions = Conditions {
+        fs: fs.clone(),
+        bucket: input.bucket.clone(),
+        key: input.key.clone(),
+        if_match: input.if_match,
+        if_none_match: input.if_none_match,
+    };
     let key_lock = locks.lock_owned(&input.bucket, &input.key).await;
     tokio::spawn(async move {
         let _key_lock = key_lock;
-        placing.place().await
+        conditions.hold().await?;
+        placing.place().await.map_err(internal)
     })
     .await
-    .map_err(internal)?
-    .map_err(internal)?;
+    .map_err(internal)??;
     Ok(PutObjectOutput {
         e_tag: Some(ETag::Strong(etag)),
         ..Default::default()
     })
+}
+
+/// Writes `body` into `tmp` and syncs it. On an error, or a client that went away
+/// mid-body (the future dropped), `tmp`'s guard removes the file.
+async fn receive(
+    tmp: &Scratch,
+    body: &mut s3s::dto::StreamingBlob,
+    content_length: Option<i64>,
+) -> S3Result<()> {
+    let file = tokio::fs::File::create(tmp.path())
+        .await
+        .map_err(internal)?;
+    let mut out = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
+    let mut size = 0u64;
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(|e| s3_error!(IncompleteBody, "{e}"))?;
+        size += piece.len() as u64;
+        out.write_all(&piece).await.map_err(internal)?;
+    }
+    out.flush().await.map_err(internal)?;
+    if content_length.is_some_and(|n| u64::try_from(n) != Ok(size)) {
+        return Err(s3_error!(
+            IncompleteBody,
+            "body length differs from Content-Length"
+        ));
+    }
+    // A 200 promises the object: it must survive a power loss.
+    out.get_ref().sync_all().await.map_err(internal)
+}
+
+/// A PUT's conditions, checked against the object in place under the key's lock.
+struct Conditions {
+    fs: Arc<s3s_fs::FileSystem>,
+    bucket: String,
+    key: String,
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+}
+
+impl Conditions {
+    async fn hold(&self) -> S3Result<()> {
+        if self.if_match.is_none() && self.if_none_match.is_none() {
+            return Ok(());
+        }
+        let head = HeadObjectInput {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            ..Default::default()
+        };
+        let current = match self.fs.head_object(super::request(head)).await {
+            Ok(r) => Some(r.output.e_tag),
+            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
+            Err(e) => return Err(e),
+        };
+        let matches = |c: &ETagCondition| match (c, &current) {
+            (_, None) => false,
+            (ETagCondition::Any, Some(_)) => true,
+            (ETagCondition::ETag(want), Some(have)) => {
+                have.as_ref().map(ETag::value) == Some(want.value())
+            }
+        };
+        let refused = self.if_match.as_ref().is_some_and(|c| !matches(c))
+            || self.if_none_match.as_ref().is_some_and(matches);
+        if refused {
+            return Err(s3_error!(PreconditionFailed));
+        }
+        Ok(())
+    }
 }
 
 /// A temporary file in the store's root, removed when dropped unless it was placed.

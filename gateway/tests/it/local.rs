@@ -588,3 +588,38 @@ async fn copies_hold_to_the_source_they_were_pinned_to() {
         .unwrap_err();
     assert_eq!(status(&err), Some(412));
 }
+
+/// Conditional PUTs are written by the store's own writer, which checks the condition
+/// under the key's lock just before the object goes in place (s3s-fs held the lock for the
+/// whole body, so a slow client stalled every key sharing its lock).
+#[tokio::test(flavor = "multi_thread")]
+async fn conditional_puts_hold_their_conditions() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    let put = |body: &'static [u8]| {
+        s3.put_object()
+            .bucket(BUCKET)
+            .key("cond")
+            .body(body.to_vec().into())
+    };
+    put(b"one").if_none_match("*").send().await.unwrap();
+    let err = put(b"two").if_none_match("*").send().await.unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    let current = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("cond")
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    let err = put(b"three")
+        .if_match("\"0123456789abcdef0123456789abcdef-0\"")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&err), Some(412));
+    assert_eq!(crate::harness::get(&s3, "cond").await, b"one");
+    put(b"four").if_match(&current).send().await.unwrap();
+    assert_eq!(crate::harness::get(&s3, "cond").await, b"four");
+}
