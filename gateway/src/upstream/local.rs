@@ -18,6 +18,8 @@
 //!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match and a
 //!   copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteBucket of a bucket with objects is 409
 //!   BucketNotEmpty, where s3s-fs removes the directory with everything in it.
+//! - ListObjectsV2 walks the bucket in key order and stops after the page
+//!   (`local_list.rs`), where s3s-fs reads and sorts the whole bucket for every page.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -131,6 +133,10 @@ macro_rules! store {
                 Ok(out)
             }
 
+            async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+                super::local_list::list_objects_v2(&self.root, req.input).await.map(S3Response::new)
+            }
+
             async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 let source = copy_source(&req.input.copy_source)?;
@@ -176,7 +182,6 @@ macro_rules! store {
 
 store! {
     list_objects: ListObjectsInput => ListObjectsOutput;
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
     upload_part: UploadPartInput => UploadPartOutput;
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
     list_parts: ListPartsInput => ListPartsOutput;

@@ -68,7 +68,7 @@ struct Attributes<'a> {
 }
 
 /// The object's sidecar names, as s3s-fs derives them.
-fn sidecar(root: &Path, bucket: &str, key: &str, what: &str) -> PathBuf {
+pub(super) fn sidecar(root: &Path, bucket: &str, key: &str, what: &str) -> PathBuf {
     root.join(format!(
         ".bucket-{}.object-{}.{what}.json",
         URL_SAFE_NO_PAD.encode(bucket),
