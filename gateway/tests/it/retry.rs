@@ -724,3 +724,20 @@ async fn a_slow_upstream_completion_keeps_the_client_waiting() {
     assert!(out.e_tag().is_some());
     assert!(get(&client, "r").await == body);
 }
+
+fn is_list_buckets(p: &str) -> bool {
+    p == "/" || p.starts_with("/?")
+}
+
+/// `/readyz` asks the upstream (ListBuckets) at most once per 5 s: probes need no
+/// credentials, and B2 bills the calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_probes_are_answered_from_a_recent_answer() {
+    let (_upstream, proxy, gateway, _client) = env().await;
+    let url = format!("http://{}/readyz", gateway.addr);
+    for _ in 0..3 {
+        let (s, _, _) = raw_http("GET", &url, b"").await;
+        assert_eq!(s, 200);
+    }
+    assert_eq!(proxy.count(&Method::GET, is_list_buckets, 200), 1);
+}
