@@ -21,19 +21,33 @@ impl BaseDomain {
         })
     }
 
-    /// The bucket of `BUCKET.DOMAIN`, if `host` is such a name.
+    /// The bucket of `BUCKET.DOMAIN`, if `host` is such a name. Ports are not compared:
+    /// a client may reach the gateway through another port (a Kubernetes service's) than
+    /// the one configured, and must not then be taken for a path-style one.
     fn bucket_of<'a>(&self, host: &'a str) -> Option<&'a str> {
-        let split = host.len().checked_sub(self.base.len() + 1)?;
-        let (bucket, rest) = (host.get(..split)?, host.get(split..)?);
+        let name = without_port(host);
+        let base = without_port(&self.base);
+        let split = name.len().checked_sub(base.len() + 1)?;
+        let (bucket, rest) = (name.get(..split)?, name.get(split..)?);
         let domain = rest.strip_prefix('.')?;
-        (domain.eq_ignore_ascii_case(&self.base) && !bucket.is_empty()).then_some(bucket)
+        (domain.eq_ignore_ascii_case(base) && !bucket.is_empty()).then_some(bucket)
     }
+}
+
+/// A host name without its `:port`.
+fn without_port(host: &str) -> &str {
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
 }
 
 impl S3Host for BaseDomain {
     fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
         Ok(match self.bucket_of(host) {
-            Some(bucket) => VirtualHost::new(self.base.as_str()).with_bucket(bucket),
+            // Host names are case-insensitive and bucket names lower case.
+            Some(bucket) => {
+                VirtualHost::new(self.base.as_str()).with_bucket(bucket.to_ascii_lowercase())
+            }
             None => VirtualHost::new(host),
         })
     }
@@ -48,6 +62,8 @@ mod tests {
         let d = BaseDomain::new("s3.example.com:9000").unwrap();
         assert_eq!(d.bucket_of("velero.s3.example.com:9000"), Some("velero"));
         assert_eq!(d.bucket_of("Velero.S3.Example.com:9000"), Some("Velero"));
+        assert_eq!(d.bucket_of("velero.s3.example.com"), Some("velero"));
+        assert_eq!(d.bucket_of("velero.s3.example.com:80"), Some("velero"));
         for path_style in [
             "s3.example.com:9000",
             ".s3.example.com:9000",

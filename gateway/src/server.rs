@@ -279,7 +279,10 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut conn = ConnBuilder::new(TokioExecutor::new());
+    // HTTP/1.1 only: S3 clients speak nothing else to an S3 endpoint (TLS here offers no
+    // ALPN), and so hyper's header timer runs from the first moment; the auto builder
+    // would first wait, without a limit, for bytes that tell HTTP/1 from HTTP/2.
+    let mut conn = ConnBuilder::new(TokioExecutor::new()).http1_only();
     conn.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
@@ -304,23 +307,12 @@ async fn accept_loop(
         let service = hyper::service::service_fn(move |req| app.clone().handle(req, admin_only));
         match &tls {
             None => {
-                let conn = conn.clone();
-                let watcher = graceful.watcher();
+                let c = conn
+                    .serve_connection(TokioIo::new(socket), service)
+                    .into_owned();
+                let c = graceful.watch(c);
                 tokio::spawn(async move {
-                    // hyper's header timer starts once the auto builder has seen the first
-                    // bytes (to tell HTTP/1 from HTTP/2); until then, this is the limit.
-                    let mut first = [0u8; 1];
-                    if tokio::time::timeout(HEADER_READ_TIMEOUT, socket.peek(&mut first))
-                        .await
-                        .is_err()
-                    {
-                        tracing::debug!(%peer, "connection sent nothing; closed");
-                        return;
-                    }
-                    let c = conn
-                        .serve_connection_with_upgrades(TokioIo::new(socket), service)
-                        .into_owned();
-                    if let Err(e) = watcher.watch(c).await {
+                    if let Err(e) = c.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                 });
@@ -340,7 +332,7 @@ async fn accept_loop(
                         }) {
                         Ok(stream) => {
                             let c = conn
-                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .serve_connection(TokioIo::new(stream), service)
                                 .into_owned();
                             if let Err(e) = watcher.watch(c).await {
                                 tracing::debug!(%peer, error = %e, "connection ended with an error");

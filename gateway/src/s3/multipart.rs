@@ -307,48 +307,34 @@ pub(super) async fn complete(
         if_none_match: super::put::upstream_condition(input.if_none_match.take()),
         ..input
     };
-    // The upstream's completion runs as a task of its own: a client that goes away does
-    // not cut it short, and one that waits gets keep-alive bytes once it takes long.
+    // The completion (upstream, then the trailer rewrite of an irregular layout) runs as a
+    // task of its own: a client that goes away does not cut it short, which would leave an
+    // irregular object without its trailer. A client that waits gets its answer with its
+    // own status if it comes within COMPLETION_PROMPT, else 200 at once, keep-alive
+    // whitespace (as S3 sends) and the answer or an error in the body at the end.
+    let payload = secrets.payload_key(cipher);
     let mut completion = tokio::spawn({
         let gw = gw.clone();
         async move {
-            gw.upstream
+            let out = gw
+                .upstream
                 .s3()
                 .complete_multipart_upload(request(up))
-                .await
-                .map(|r| r.output)
+                .await?
+                .output;
+            completed(&gw, (bucket, key), layout, &payload, out).await
         }
     });
-    let payload = secrets.payload_key(cipher);
-    let gw = gw.clone();
-    let Ok(joined) = tokio::time::timeout(COMPLETION_PROMPT, &mut completion).await else {
-        // Still running: the client gets its 200 now, whitespace while it waits (as S3
-        // sends), and the answer or an error in the body at the end.
-        let finish = async move {
-            let out = completion
-                .await
-                .map_err(|e| s3_error!(InternalError, "completion: {e}"))??;
-            completed(&gw, (bucket, key), layout, &payload, out).await
-        };
-        return Ok(S3Response::new(CompleteMultipartUploadOutput {
-            future: Some(Box::pin(finish)),
-            ..Default::default()
-        }));
+    let joined = |r: Result<S3Result<CompleteMultipartUploadOutput>, tokio::task::JoinError>| {
+        r.map_err(|e| s3_error!(InternalError, "completion: {e}"))?
     };
-    let out = joined.map_err(|e| s3_error!(InternalError, "completion: {e}"))??;
-    if is_regular(&layout) {
-        return Ok(S3Response::new(
-            completed(&gw, (bucket, key), layout, &payload, out).await?,
-        ));
+    match tokio::time::timeout(COMPLETION_PROMPT, &mut completion).await {
+        Ok(r) => Ok(S3Response::new(joined(r)?)),
+        Err(_) => Ok(S3Response::new(CompleteMultipartUploadOutput {
+            future: Some(Box::pin(async move { joined(completion.await) })),
+            ..Default::default()
+        })),
     }
-    // The trailer rewrite copies the whole object server-side, which can take a while:
-    // hand it to s3s as the completion future, so the client gets its 200 at once and
-    // keep-alive whitespace until the final XML (as S3 itself does).
-    let finish = async move { completed(&gw, (bucket, key), layout, &payload, out).await };
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
-        future: Some(Box::pin(finish)),
-        ..Default::default()
-    }))
 }
 
 /// The client's answer to an upload the upstream completed (`out`): for an irregular

@@ -41,6 +41,11 @@ pub struct LocalDir {
     fs: std::sync::Arc<s3s_fs::FileSystem>,
     root: PathBuf,
     locks: super::key_locks::KeyLocks,
+    /// Held to read by every write that makes a key's directories and then renames into
+    /// them, and to write while a delete removes directories it left empty: a removal in
+    /// between would make the rename fail, and s3s-fs's completion has deleted the parts
+    /// by then. Taken after any key lock, never before.
+    dirs: std::sync::Arc<tokio::sync::RwLock<()>>,
 }
 
 impl LocalDir {
@@ -55,6 +60,7 @@ impl LocalDir {
             fs: std::sync::Arc::new(fs),
             root,
             locks: super::key_locks::KeyLocks::new(),
+            dirs: std::sync::Arc::default(),
         })
     }
 }
@@ -72,9 +78,10 @@ macro_rules! store {
             async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
-                    return super::local_put::put(&self.root, &self.locks, &self.fs, req.input).await.map(S3Response::new);
+                    return super::local_put::put(&self.root, (&self.locks, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
                 }
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let _dirs = self.dirs.read().await;
                 self.fs.put_object(req).await
             }
 
@@ -91,9 +98,11 @@ macro_rules! store {
             }
 
             async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-                // `a//b` would delete the file of `a/b`.
-                storable_key(&req.input.bucket, &req.input.key, false)?;
-                if self.names_directory(&req.input.bucket, &req.input.key).await {
+                // A key the store cannot keep (`a//b`, whose file would be `a/b`'s) is not
+                // there to delete: 204, as S3 answers for a missing key, and nothing touched.
+                if storable_key(&req.input.bucket, &req.input.key, false).is_err()
+                    || self.names_directory(&req.input.bucket, &req.input.key).await
+                {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
@@ -108,7 +117,7 @@ macro_rules! store {
                 }
                 let out = self.fs.delete_object(req).await?;
                 super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
-                remove_empty_parents(&self.root, &bucket, &key).await;
+                self.tidy(&bucket, std::slice::from_ref(&key)).await;
                 Ok(out)
             }
 
@@ -121,15 +130,19 @@ macro_rules! store {
                 } else {
                     let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
                     let out = self.fs.delete_objects(req).await?;
-                    for key in out.output.deleted.iter().flatten().filter_map(|d| d.key.as_deref()) {
+                    let deleted: Vec<String> = out.output.deleted.iter().flatten().filter_map(|d| d.key.clone()).collect();
+                    for key in &deleted {
                         super::local_put::remove_sidecars(&self.root, &bucket, key).await;
-                        remove_empty_parents(&self.root, &bucket, key).await;
                     }
+                    self.tidy(&bucket, &deleted).await;
                     out
                 };
-                if !refused.is_empty() {
-                    out.output.errors.get_or_insert_with(Vec::new).extend(refused);
-                }
+                // Keys the store cannot keep are not there: deleted, as S3 reports a missing key.
+                out.output.deleted.get_or_insert_with(Vec::new).extend(refused.into_iter().map(|e| DeletedObject {
+                    key: e.key,
+                    version_id: e.version_id,
+                    ..Default::default()
+                }));
                 Ok(out)
             }
 
@@ -142,6 +155,7 @@ macro_rules! store {
                 let source = copy_source(&req.input.copy_source)?;
                 let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
                 self.source_holds(source, req.input.copy_source_if_match.as_ref()).await?;
+                let _dirs = self.dirs.read().await;
                 self.fs.copy_object(req).await
             }
 
@@ -160,6 +174,7 @@ macro_rules! store {
             async fn complete_multipart_upload(&self, req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
                 completable(&self.root, &req.input).await?;
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let _dirs = self.dirs.read().await;
                 self.fs.complete_multipart_upload(req).await
             }
 
@@ -170,7 +185,7 @@ macro_rules! store {
                     max_keys: Some(1),
                     ..Default::default()
                 };
-                let listed = self.fs.list_objects_v2(request(any)).await?.output;
+                let listed = super::local_list::list_objects_v2(&self.root, any).await?;
                 if listed.key_count.unwrap_or(0) > 0 || listed.contents.is_some_and(|c| !c.is_empty()) {
                     return Err(s3_error!(BucketNotEmpty));
                 }
@@ -203,6 +218,18 @@ fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
 }
 
 impl LocalDir {
+    /// Removes the directories that deleting `keys` left empty, unless a write is making
+    /// or using directories right now: then they stay (harmless) rather than the delete
+    /// waiting for that write.
+    async fn tidy(&self, bucket: &str, keys: &[String]) {
+        let Ok(_dirs) = self.dirs.try_write() else {
+            return;
+        };
+        for key in keys {
+            remove_empty_parents(&self.root, bucket, key).await;
+        }
+    }
+
     /// Checks a copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, under the
     /// source's lock: the gateway pins the pieces of its server-side copies to the object
     /// it read, and a copy must not mix in bytes of one written since.

@@ -39,15 +39,35 @@ fn io(e: impl std::fmt::Display) -> S3Error {
     s3_error!(InternalError, "local store: {e}")
 }
 
+/// Whether an I/O error means the entry went away meanwhile (a delete removed the file,
+/// or the directory it left empty): the walk passes over it, as a listing taken a moment
+/// later would.
+fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound
+}
+
 async fn level(dir: PathBuf, key_prefix: String) -> S3Result<Level> {
     let mut entries = Vec::new();
-    let mut read = tokio::fs::read_dir(&dir).await.map_err(io)?;
+    let mut read = match tokio::fs::read_dir(&dir).await {
+        Err(e) if gone(&e) => {
+            return Ok(Level {
+                dir,
+                key_prefix,
+                entries,
+                next: 0,
+            });
+        }
+        r => r.map_err(io)?,
+    };
     while let Some(entry) = read.next_entry().await.map_err(io)? {
         // Names that are not UTF-8 cannot be keys (s3s-fs skips them too).
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        let kind = entry.file_type().await.map_err(io)?;
+        let kind = match entry.file_type().await {
+            Err(e) if gone(&e) => continue,
+            r => r.map_err(io)?,
+        };
         if kind.is_dir() || kind.is_file() {
             entries.push((name, kind.is_dir()));
         }
@@ -75,12 +95,19 @@ fn common_prefix<'k>(key: &'k str, prefix: &str, delimiter: Option<&str>) -> Opt
 
 /// Whether any key of the subtree `sub` (a directory's key prefix, ending in `/`) can be
 /// on the page: inside the prefix, after the start, and not inside a common prefix
-/// already answered.
-fn may_hold(sub: &str, prefix: &str, after: Option<&str>, answered: Option<&str>) -> bool {
+/// already answered (on this page, or on an earlier one that ended with it).
+fn may_hold(
+    sub: &str,
+    (prefix, delimiter): (&str, Option<&str>),
+    after: Option<&str>,
+    answered: Option<&str>,
+) -> bool {
     let in_prefix = sub.starts_with(prefix) || prefix.starts_with(sub);
     // Every key of the subtree lies in [sub, sub + 1): `after` beyond it skips it all.
     let past = after.is_some_and(|a| a > sub && !a.starts_with(sub));
-    let grouped = answered.is_some_and(|cp| sub.starts_with(cp));
+    let grouped = answered.is_some_and(|cp| sub.starts_with(cp))
+        || common_prefix(sub, prefix, delimiter)
+            .is_some_and(|cp| sub.starts_with(cp) && after.is_some_and(|a| cp <= a));
     in_prefix && !past && !grouped
 }
 
@@ -127,7 +154,7 @@ pub(super) async fn list_objects_v2(
         let answered = page.prefixes.last().and_then(|p| p.prefix.as_deref());
         if is_dir {
             let sub = format!("{key}/");
-            if may_hold(&sub, prefix, after, answered) {
+            if may_hold(&sub, (prefix, delimiter), after, answered) {
                 stack.push(level(path, sub).await?);
             }
             continue;
@@ -153,7 +180,10 @@ pub(super) async fn list_objects_v2(
             });
             continue;
         }
-        let meta = tokio::fs::metadata(&path).await.map_err(io)?;
+        let meta = match tokio::fs::metadata(&path).await {
+            Err(e) if gone(&e) => continue,
+            r => r.map_err(io)?,
+        };
         page.last = Some(key.clone());
         page.contents.push(Object {
             e_tag: stored_etag(root, &input.bucket, &key)
@@ -206,14 +236,18 @@ mod tests {
 
     #[test]
     fn subtrees_off_the_page_are_not_entered() {
-        assert!(may_hold("a/", "", None, None));
-        assert!(!may_hold("a/", "b", None, None));
-        assert!(may_hold("a/", "a/b", None, None));
+        let all = ("", None);
+        assert!(may_hold("a/", all, None, None));
+        assert!(!may_hold("a/", ("b", None), None, None));
+        assert!(may_hold("a/", ("a/b", None), None, None));
         assert!(
-            !may_hold("a/", "", Some("a0"), None),
+            !may_hold("a/", all, Some("a0"), None),
             "all of a/ sorts before a0"
         );
-        assert!(may_hold("a/", "", Some("a/x"), None));
-        assert!(!may_hold("a/b/", "", None, Some("a/")));
+        assert!(may_hold("a/", all, Some("a/x"), None));
+        assert!(!may_hold("a/b/", all, None, Some("a/")));
+        // The previous page ended with the common prefix a/: nothing below it is listed.
+        assert!(!may_hold("a/b/", ("", Some("/")), Some("a/"), None));
+        assert!(may_hold("a/b/", ("a/", Some("/")), Some("a/"), None));
     }
 }

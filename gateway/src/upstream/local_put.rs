@@ -92,7 +92,7 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
 /// the ETag, then the body renamed into place (a failed body leaves nothing).
 pub(super) async fn put(
     root: &Path,
-    locks: &super::key_locks::KeyLocks,
+    (locks, dirs): (&super::key_locks::KeyLocks, &Arc<tokio::sync::RwLock<()>>),
     fs: &Arc<s3s_fs::FileSystem>,
     input: PutObjectInput,
 ) -> S3Result<PutObjectOutput> {
@@ -168,9 +168,11 @@ pub(super) async fn put(
         if_none_match: input.if_none_match,
     };
     let key_lock = locks.lock_owned(&input.bucket, &input.key).await;
+    let dirs = dirs.clone();
     tokio::spawn(async move {
         let _key_lock = key_lock;
         conditions.hold().await?;
+        let _dirs = dirs.read_owned().await;
         placing.place().await.map_err(internal)
     })
     .await
@@ -308,12 +310,13 @@ impl Placing {
             }
         }
         self.body.0 = None;
-        // The renames themselves are durable once their directories are.
-        for dir in [Some(self.root.as_path()), self.object.parent()]
-            .into_iter()
-            .flatten()
-        {
-            tokio::fs::File::open(dir).await?.sync_all().await?;
+        // The renames are durable once their directories are: the root (the sidecars),
+        // and every directory from the object's up to the root, any of which
+        // `create_dir_all` may have made.
+        let mut dir = self.object.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&self.root)) {
+            tokio::fs::File::open(d).await?.sync_all().await?;
+            dir = d.parent();
         }
         Ok(())
     }

@@ -322,14 +322,13 @@ async fn keys_the_store_cannot_keep_are_refused_and_harm_nothing() {
         .await
         .unwrap_err();
     assert_eq!(status(&err), Some(400));
-    let err = s3
-        .delete_object()
+    // Such a key cannot be there: its delete succeeds and deletes nothing.
+    s3.delete_object()
         .bucket(BUCKET)
         .key("a//b")
         .send()
         .await
-        .unwrap_err();
-    assert_eq!(status(&err), Some(400));
+        .unwrap();
     let err = s3
         .create_multipart_upload()
         .bucket(BUCKET)

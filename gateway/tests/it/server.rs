@@ -339,3 +339,21 @@ async fn an_empty_put_expecting_100_continue_gets_a_fresh_connection_next_time()
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(!head.contains("connection: close"), "{head}");
 }
+
+/// Shutdown does not wait for connections that have sent nothing (a probe's, or a
+/// client's idle keep-alive connection): only requests in flight are drained.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_does_not_wait_for_idle_connections() {
+    let env = Env::start().await;
+    let _idle = tokio::net::TcpStream::connect(env.gateway.addr)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    env.gateway.shutdown().await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}
