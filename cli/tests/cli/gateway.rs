@@ -26,6 +26,20 @@ pub fn get(port: u16, path: &str) -> Option<String> {
     Some(out)
 }
 
+/// `kura gateway` on the embedded default in `dir`, listening on `port`; the caller adds
+/// its environment and what becomes of the output.
+pub fn embedded_gateway(dir: &std::path::Path, port: u16) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    cmd.args([
+        "gateway",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--data-dir",
+    ])
+    .arg(dir);
+    cmd
+}
+
 pub fn wait_ready(port: u16, child: &mut Child) {
     for _ in 0..200 {
         if get(port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
@@ -50,14 +64,7 @@ pub fn stop(mut child: Child) -> std::process::ExitStatus {
 fn embedded_default_first_start_makes_keys_and_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args([
-            "gateway",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path())
+    let mut child = embedded_gateway(dir.path(), port)
         .env_remove("KURA_ACCESS_KEY_ID")
         .env_remove("KURA_SECRET_ACCESS_KEY")
         .stdout(Stdio::piped())
@@ -262,14 +269,7 @@ fn settings_that_would_misbehave_are_refused() {
 fn debug_logs_carry_no_signatures() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args([
-            "gateway",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path())
+    let mut child = embedded_gateway(dir.path(), port)
         .env("KURA_LOG", "debug")
         .env("KURA_ACCESS_KEY_ID", "logged-ak")
         .env("KURA_SECRET_ACCESS_KEY", "logged-secret")

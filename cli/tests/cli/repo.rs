@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::gateway::{free_port, stop, wait_ready};
+use crate::gateway::{embedded_gateway, free_port, stop, wait_ready};
 
 struct Gateway {
     child: Option<Child>,
@@ -23,14 +23,7 @@ impl Drop for Gateway {
 fn gateway() -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args([
-            "gateway",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path())
+    let mut child = embedded_gateway(dir.path(), port)
         .env("KURA_ACCESS_KEY_ID", "repo-test")
         .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
         .stdout(Stdio::null())

@@ -103,6 +103,12 @@ fn span(
         return Ok((start, start + len - 1));
     }
     let r = range.ok_or_else(|| s3_error!(InternalError, "no range"))?;
+    range_span(size, r)
+}
+
+/// The inclusive span `r` asks for in an object of `size` bytes, clamped as S3 does; 416
+/// when none of it lies in the object.
+fn range_span(size: u64, r: &Range) -> S3Result<(u64, u64)> {
     let within = r.check(size).map_err(|_| range_not_satisfiable(size))?;
     if within.is_empty() {
         // `bytes=-N` of an empty object.
@@ -428,11 +434,7 @@ pub(super) async fn head_object(
     // length and where it lies.
     let (length, content_range) = match &input.range {
         Some(r) => {
-            let within = r.check(size).map_err(|_| range_not_satisfiable(size))?;
-            if within.is_empty() {
-                return Err(range_not_satisfiable(size));
-            }
-            let (start, end) = (within.start, within.end - 1);
+            let (start, end) = range_span(size, r)?;
             (end - start + 1, Some(format!("bytes {start}-{end}/{size}")))
         }
         None => (size, None),

@@ -107,14 +107,7 @@ macro_rules! store {
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
                 let _key = self.locks.lock(&bucket, &key).await;
-                if let Some(ETagCondition::ETag(want)) = &req.input.if_match {
-                    // s3s-fs ignores the condition.
-                    let head = HeadObjectInput { bucket: bucket.clone(), key: key.clone(), ..Default::default() };
-                    let current = self.fs.head_object(request(head)).await?.output.e_tag;
-                    if current.as_ref().map(ETag::value) != Some(want.value()) {
-                        return Err(s3_error!(PreconditionFailed));
-                    }
-                }
+                self.etag_holds((&bucket, &key), req.input.if_match.as_ref(), "the object changed").await?;
                 let out = self.fs.delete_object(req).await?;
                 super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
                 self.tidy(&bucket, std::slice::from_ref(&key)).await;
@@ -123,7 +116,11 @@ macro_rules! store {
 
             async fn delete_objects(&self, mut req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
                 let bucket = req.input.bucket.clone();
-                let refused = crate::object::refuse_keys(&mut req.input.delete.objects, |k| storable_key(&bucket, k, false));
+                // Keys the store cannot keep are not there: deleted, as S3 reports a missing key.
+                let (kept, absent): (Vec<_>, Vec<_>) = std::mem::take(&mut req.input.delete.objects)
+                    .into_iter()
+                    .partition(|o| storable_key(&bucket, &o.key, false).is_ok());
+                req.input.delete.objects = kept;
                 let keys: Vec<String> = req.input.delete.objects.iter().map(|o| o.key.clone()).collect();
                 let mut out = if keys.is_empty() {
                     S3Response::new(DeleteObjectsOutput::default())
@@ -137,12 +134,13 @@ macro_rules! store {
                     self.tidy(&bucket, &deleted).await;
                     out
                 };
-                // Keys the store cannot keep are not there: deleted, as S3 reports a missing key.
-                out.output.deleted.get_or_insert_with(Vec::new).extend(refused.into_iter().map(|e| DeletedObject {
-                    key: e.key,
-                    version_id: e.version_id,
-                    ..Default::default()
-                }));
+                if !absent.is_empty() {
+                    out.output.deleted.get_or_insert_with(Vec::new).extend(absent.into_iter().map(|o| DeletedObject {
+                        key: Some(o.key),
+                        version_id: o.version_id,
+                        ..Default::default()
+                    }));
+                }
                 Ok(out)
             }
 
@@ -154,7 +152,7 @@ macro_rules! store {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 let source = copy_source(&req.input.copy_source)?;
                 let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
-                self.source_holds(source, req.input.copy_source_if_match.as_ref()).await?;
+                self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 let _dirs = self.dirs.read().await;
                 self.fs.copy_object(req).await
             }
@@ -162,7 +160,7 @@ macro_rules! store {
             async fn upload_part_copy(&self, req: S3Request<UploadPartCopyInput>) -> S3Result<S3Response<UploadPartCopyOutput>> {
                 let source = copy_source(&req.input.copy_source)?;
                 let _key = self.locks.lock(source.0, source.1).await;
-                self.source_holds(source, req.input.copy_source_if_match.as_ref()).await?;
+                self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 self.fs.upload_part_copy(req).await
             }
 
@@ -230,27 +228,24 @@ impl LocalDir {
         }
     }
 
-    /// Checks a copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, under the
-    /// source's lock: the gateway pins the pieces of its server-side copies to the object
-    /// it read, and a copy must not mix in bytes of one written since.
-    async fn source_holds(
+    /// Checks an If-Match that s3s-fs ignores (a DeleteObject's, a copy's
+    /// `x-amz-copy-source-if-match`), under the caller's lock of the object: the gateway
+    /// pins deletes and the pieces of its server-side copies to the object it saw, and a
+    /// copy must not mix in bytes of one written since.
+    async fn etag_holds(
         &self,
         (bucket, key): (&str, &str),
         if_match: Option<&ETagCondition>,
+        refusal: &str,
     ) -> S3Result<()> {
         let Some(ETagCondition::ETag(want)) = if_match else {
             return Ok(());
         };
-        let head = HeadObjectInput {
-            bucket: bucket.into(),
-            key: key.into(),
-            ..Default::default()
-        };
-        let current = self.fs.head_object(request(head)).await?.output.e_tag;
+        let current = super::local_put::current_etag(&self.fs, bucket, key).await?;
         if current.as_ref().map(ETag::value) == Some(want.value()) {
             Ok(())
         } else {
-            Err(s3_error!(PreconditionFailed, "the copy source changed"))
+            Err(s3_error!(PreconditionFailed, "{refusal}"))
         }
     }
 

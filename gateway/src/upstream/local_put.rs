@@ -220,18 +220,28 @@ struct Conditions {
     if_none_match: Option<ETagCondition>,
 }
 
+/// The ETag of the object the store holds at `bucket`/`key`, as s3s-fs's HEAD gives it
+/// (its sidecar's, else the body's MD5); NoSuchKey when there is none.
+pub(super) async fn current_etag(
+    fs: &s3s_fs::FileSystem,
+    bucket: &str,
+    key: &str,
+) -> S3Result<Option<ETag>> {
+    let head = HeadObjectInput {
+        bucket: bucket.into(),
+        key: key.into(),
+        ..Default::default()
+    };
+    Ok(fs.head_object(super::request(head)).await?.output.e_tag)
+}
+
 impl Conditions {
     async fn hold(&self) -> S3Result<()> {
         if self.if_match.is_none() && self.if_none_match.is_none() {
             return Ok(());
         }
-        let head = HeadObjectInput {
-            bucket: self.bucket.clone(),
-            key: self.key.clone(),
-            ..Default::default()
-        };
-        let current = match self.fs.head_object(super::request(head)).await {
-            Ok(r) => Some(r.output.e_tag),
+        let current = match current_etag(&self.fs, &self.bucket, &self.key).await {
+            Ok(e) => Some(e),
             Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
             Err(e) => return Err(e),
         };
