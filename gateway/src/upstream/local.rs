@@ -14,12 +14,15 @@
 //!   the object; they are removed after the delete, and so are the key's directories that
 //!   the delete left empty.
 //! - Keys it cannot keep as files of their own (`a//b`, names too long for the
-//!   filesystem) and completions whose part list it would refuse half-way are refused
+//!   filesystem, `a/b` while `a` is an object) and completions whose part list it would refuse half-way are refused
 //!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match and a
 //!   copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteBucket of a bucket with objects is 409
 //!   BucketNotEmpty, where s3s-fs removes the directory with everything in it.
 //! - ListObjectsV2 walks the bucket in key order and stops after the page
 //!   (`local_list.rs`), where s3s-fs reads and sorts the whole bucket for every page.
+//! - Folder markers (`dir/`), which s3s-fs keeps as bare directories that can hold no
+//!   body, are files inside their directory (`local_keys.rs`): every call's keys are turned
+//!   into the stored form first, and every answer's back.
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -31,7 +34,8 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
-use super::local_checks::{completable, remove_empty_parents, storable_key};
+use super::local_checks::{completable, placeable, remove_empty_parents, storable_key};
+use super::local_keys::{client_key, not_reserved, store_key, stored};
 use super::request;
 
 const READ_CHUNK: usize = 1 << 20;
@@ -75,8 +79,10 @@ macro_rules! store {
                 }
             )*
 
-            async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+            async fn put_object(&self, mut req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+                store_key(&mut req.input.key)?;
                 storable_key(&req.input.bucket, &req.input.key, false)?;
+                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
                     return super::local_put::put(&self.root, (&self.locks, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
                 }
@@ -85,11 +91,13 @@ macro_rules! store {
                 self.fs.put_object(req).await
             }
 
-            async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+            async fn get_object(&self, mut req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+                store_key(&mut req.input.key)?;
                 self.read(req).await
             }
 
-            async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+            async fn head_object(&self, mut req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+                store_key(&mut req.input.key)?;
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Err(s3_error!(NoSuchKey));
                 }
@@ -97,10 +105,11 @@ macro_rules! store {
                 self.fs.head_object(req).await
             }
 
-            async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+            async fn delete_object(&self, mut req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
                 // A key the store cannot keep (`a//b`, whose file would be `a/b`'s) is not
                 // there to delete: 204, as S3 answers for a missing key, and nothing touched.
-                if storable_key(&req.input.bucket, &req.input.key, false).is_err()
+                if store_key(&mut req.input.key).is_err()
+                    || storable_key(&req.input.bucket, &req.input.key, false).is_err()
                     || self.names_directory(&req.input.bucket, &req.input.key).await
                 {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
@@ -119,19 +128,28 @@ macro_rules! store {
                 // Keys the store cannot keep are not there: deleted, as S3 reports a missing key.
                 let (kept, absent): (Vec<_>, Vec<_>) = std::mem::take(&mut req.input.delete.objects)
                     .into_iter()
-                    .partition(|o| storable_key(&bucket, &o.key, false).is_ok());
+                    .partition(|o| not_reserved(&o.key).is_ok() && storable_key(&bucket, &stored(&o.key), false).is_ok());
                 req.input.delete.objects = kept;
+                for o in &mut req.input.delete.objects {
+                    store_key(&mut o.key)?;
+                }
                 let keys: Vec<String> = req.input.delete.objects.iter().map(|o| o.key.clone()).collect();
                 let mut out = if keys.is_empty() {
                     S3Response::new(DeleteObjectsOutput::default())
                 } else {
                     let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
-                    let out = self.fs.delete_objects(req).await?;
+                    let mut out = self.fs.delete_objects(req).await?;
                     let deleted: Vec<String> = out.output.deleted.iter().flatten().filter_map(|d| d.key.clone()).collect();
                     for key in &deleted {
                         super::local_put::remove_sidecars(&self.root, &bucket, key).await;
                     }
                     self.tidy(&bucket, &deleted).await;
+                    for d in out.output.deleted.iter_mut().flatten() {
+                        client_key(&mut d.key);
+                    }
+                    for e in out.output.errors.iter_mut().flatten() {
+                        client_key(&mut e.key);
+                    }
                     out
                 };
                 if !absent.is_empty() {
@@ -148,8 +166,11 @@ macro_rules! store {
                 super::local_list::list_objects_v2(&self.root, req.input).await.map(S3Response::new)
             }
 
-            async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+            async fn copy_object(&self, mut req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+                store_key(&mut req.input.key)?;
+                store_source_key(&mut req.input.copy_source)?;
                 storable_key(&req.input.bucket, &req.input.key, false)?;
+                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
                 let source = copy_source(&req.input.copy_source)?;
                 let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
@@ -157,23 +178,76 @@ macro_rules! store {
                 self.fs.copy_object(req).await
             }
 
-            async fn upload_part_copy(&self, req: S3Request<UploadPartCopyInput>) -> S3Result<S3Response<UploadPartCopyOutput>> {
+            async fn upload_part_copy(&self, mut req: S3Request<UploadPartCopyInput>) -> S3Result<S3Response<UploadPartCopyOutput>> {
+                store_key(&mut req.input.key)?;
+                store_source_key(&mut req.input.copy_source)?;
                 let source = copy_source(&req.input.copy_source)?;
                 let _key = self.locks.lock(source.0, source.1).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 self.fs.upload_part_copy(req).await
             }
 
-            async fn create_multipart_upload(&self, req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+            async fn create_multipart_upload(&self, mut req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+                store_key(&mut req.input.key)?;
                 storable_key(&req.input.bucket, &req.input.key, true)?;
-                self.fs.create_multipart_upload(req).await
+                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
+                let mut out = self.fs.create_multipart_upload(req).await?;
+                client_key(&mut out.output.key);
+                Ok(out)
             }
 
-            async fn complete_multipart_upload(&self, req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+            async fn complete_multipart_upload(&self, mut req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+                store_key(&mut req.input.key)?;
                 completable(&self.root, &req.input).await?;
+                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 let _dirs = self.dirs.read().await;
-                self.fs.complete_multipart_upload(req).await
+                let mut out = self.fs.complete_multipart_upload(req).await?;
+                client_key(&mut out.output.key);
+                // s3s-fs answers through `future` (for keep-alive bytes), key included.
+                if let Some(answer) = out.output.future.take() {
+                    out.output.future = Some(Box::pin(async move {
+                        let mut answer = answer.await?;
+                        client_key(&mut answer.key);
+                        Ok(answer)
+                    }));
+                }
+                Ok(out)
+            }
+
+            async fn upload_part(&self, mut req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+                store_key(&mut req.input.key)?;
+                self.fs.upload_part(req).await
+            }
+
+            async fn abort_multipart_upload(&self, mut req: S3Request<AbortMultipartUploadInput>) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+                store_key(&mut req.input.key)?;
+                self.fs.abort_multipart_upload(req).await
+            }
+
+            async fn list_parts(&self, mut req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+                store_key(&mut req.input.key)?;
+                let mut out = self.fs.list_parts(req).await?;
+                client_key(&mut out.output.key);
+                Ok(out)
+            }
+
+            async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
+                // As s3s-fs answers V1: the V2 listing, with its last key as the next marker.
+                let v2 = super::local_list::list_objects_v2(&self.root, req.input.into()).await?;
+                Ok(S3Response::new(ListObjectsOutput {
+                    contents: v2.contents,
+                    common_prefixes: v2.common_prefixes,
+                    delimiter: v2.delimiter,
+                    encoding_type: v2.encoding_type,
+                    name: v2.name,
+                    prefix: v2.prefix,
+                    max_keys: v2.max_keys,
+                    is_truncated: v2.is_truncated,
+                    marker: v2.start_after,
+                    next_marker: v2.next_continuation_token,
+                    ..Default::default()
+                }))
             }
 
             async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
@@ -194,14 +268,20 @@ macro_rules! store {
 }
 
 store! {
-    list_objects: ListObjectsInput => ListObjectsOutput;
-    upload_part: UploadPartInput => UploadPartOutput;
-    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
-    list_parts: ListPartsInput => ListPartsOutput;
     list_buckets: ListBucketsInput => ListBucketsOutput;
     create_bucket: CreateBucketInput => CreateBucketOutput;
     head_bucket: HeadBucketInput => HeadBucketOutput;
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
+}
+
+/// Turns the key a copy reads into its stored form.
+fn store_source_key(source: &mut CopySource) -> S3Result<()> {
+    if let CopySource::Bucket { key, .. } = source {
+        let mut k = key.to_string();
+        store_key(&mut k)?;
+        *key = k.into_boxed_str();
+    }
+    Ok(())
 }
 
 /// The (bucket, key) a copy reads.

@@ -10,6 +10,9 @@
 //!   first.
 //! - Deletes leave the directories of a key behind, and a later PUT of a key that names one
 //!   of them cannot be stored; empty ones are removed.
+//! - A key cannot be both a file and a directory: `a` and `a/b` (or `a/`, a folder marker)
+//!   exclude each other. A write of the second is refused up front with a message that
+//!   names the first, where the filesystem's error became a 500 that clients retry.
 
 use std::path::Path;
 
@@ -49,6 +52,38 @@ pub(super) fn storable_key(bucket: &str, key: &str, upload: bool) -> S3Result<()
             "the embedded store keeps keys of up to about {} bytes in this bucket",
             (NAME_MAX - (sidecar - b64(key))) * 3 / 4
         ));
+    }
+    Ok(())
+}
+
+/// Refuses to write the stored key `key` where its file cannot go: an object's file lies on
+/// its path (`a` for `a/b`), or its path is a directory of other keys (`a` when `a/b` or
+/// `a/` exists). A write racing the check can still meet the filesystem's error.
+pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> S3Result<()> {
+    let top = root.join(bucket);
+    let mut at = top.clone();
+    let segments: Vec<&str> = key.split('/').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        at.push(segment);
+        let Ok(meta) = tokio::fs::metadata(&at).await else {
+            // Nothing there yet: the rest of the path is made by the write.
+            return Ok(());
+        };
+        let last = i + 1 == segments.len();
+        if !last && !meta.is_dir() {
+            let object = segments[..=i].join("/");
+            return Err(s3_error!(
+                InvalidArgument,
+                "the embedded store keeps each key as a file, and the object `{object}` lies where the directory of this key would go"
+            ));
+        }
+        if last && meta.is_dir() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "the embedded store keeps each key as a file, and objects below `{}/` lie where this key's file would go",
+                segments.join("/")
+            ));
+        }
     }
     Ok(())
 }

@@ -8,11 +8,16 @@
 //! Subtrees that lie wholly before the page's start, outside the prefix, or inside a common
 //! prefix already answered are not entered. Memory is the page plus one sorted listing per
 //! directory level on the way down. ETags come from s3s-fs's sidecar when it holds one.
+//!
+//! A folder marker's file (`local_keys.rs`) is listed as its directory's key (`dir/`),
+//! which sorts before everything in the directory, so it sorts as an empty name.
 
 use std::path::{Path, PathBuf};
 
 use s3s::dto::{CommonPrefix, ETag, ListObjectsV2Input, ListObjectsV2Output, Object, Timestamp};
 use s3s::{S3Error, S3Result, s3_error};
+
+use super::local_keys::FOLDER_MARKER;
 
 /// The most keys a page holds, as on S3.
 const MAX_KEYS: usize = 1000;
@@ -72,11 +77,20 @@ async fn level(dir: PathBuf, key_prefix: String) -> S3Result<Level> {
             entries.push((name, kind.is_dir()));
         }
     }
-    entries.sort_by(|(a, a_dir), (b, b_dir)| {
-        let a = a.bytes().chain(a_dir.then_some(b'/'));
-        let b = b.bytes().chain(b_dir.then_some(b'/'));
-        a.cmp(b)
-    });
+    let top = key_prefix.is_empty();
+    // A marker file at the bucket's top would be the key `/`, which no client can name.
+    entries.retain(|(name, is_dir)| !(top && !is_dir && name == FOLDER_MARKER));
+    let sort_name = |name: &str, is_dir: bool| {
+        let name = if !is_dir && name == FOLDER_MARKER {
+            ""
+        } else {
+            name
+        };
+        name.bytes()
+            .chain(is_dir.then_some(b'/'))
+            .collect::<Vec<u8>>()
+    };
+    entries.sort_by_cached_key(|(name, is_dir)| sort_name(name, *is_dir));
     Ok(Level {
         dir,
         key_prefix,
@@ -149,11 +163,12 @@ pub(super) async fn list_objects_v2(
             continue;
         };
         top.next += 1;
-        let key = format!("{}{name}", top.key_prefix);
+        let stored = format!("{}{name}", top.key_prefix);
+        let key = super::local_keys::client(&stored).to_string();
         let path = top.dir.join(&name);
         let answered = page.prefixes.last().and_then(|p| p.prefix.as_deref());
         if is_dir {
-            let sub = format!("{key}/");
+            let sub = format!("{stored}/");
             if may_hold(&sub, (prefix, delimiter), after, answered) {
                 stack.push(level(path, sub).await?);
             }
@@ -186,7 +201,7 @@ pub(super) async fn list_objects_v2(
         };
         page.last = Some(key.clone());
         page.contents.push(Object {
-            e_tag: stored_etag(root, &input.bucket, &key)
+            e_tag: stored_etag(root, &input.bucket, &stored)
                 .await
                 .map(ETag::Strong),
             last_modified: meta.modified().ok().map(Timestamp::from),

@@ -18,6 +18,7 @@ mod counted;
 mod key_locks;
 mod local;
 mod local_checks;
+mod local_keys;
 mod local_list;
 mod local_put;
 mod resume;

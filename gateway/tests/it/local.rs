@@ -7,7 +7,10 @@ use kura_gateway::config::UpstreamConfig;
 use kura_gateway::server::Running;
 use kura_keys::Keyring;
 
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+
 use crate::harness::{AK, BUCKET, SK, client, data, gateway_config, start_upstream, status};
+use crate::multipart::try_complete;
 
 /// rclone HEADs `tree` before copying into `tree/`; s3s-fs answered 500 (reading the
 /// directory as a file) and every retry of the gateway and rclone followed.
@@ -524,7 +527,6 @@ async fn an_upload_broken_off_leaves_no_temporary_file() {
 /// of an object written since. Called directly, with no gateway in front.
 #[tokio::test(flavor = "multi_thread")]
 async fn copies_hold_to_the_source_they_were_pinned_to() {
-    use aws_sdk_s3::types::CompletedMultipartUpload;
     let store = crate::harness::start_local_upstream().await;
     let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
@@ -660,7 +662,8 @@ fn model_page(
 
 /// The store lists in S3's byte order page by page, for every mix of prefix, delimiter,
 /// start-after and page size, as the sorted-list model does, ETags included. Keys are
-/// chosen where directory order and key order differ (`a-b` < `a/b` < `a0`).
+/// chosen where directory order and key order differ (`a-b` < `a/b` < `a0`, and the
+/// marker `a/` before all of `a/`'s keys).
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_walk_the_store_in_key_order_page_by_page() {
     let store = crate::harness::start_local_upstream().await;
@@ -668,11 +671,18 @@ async fn listings_walk_the_store_in_key_order_page_by_page() {
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
     let mut keys = vec![
         "a-b", "a/b", "a/c/d", "a/c/e", "a0", "ab/x", "b", "c.txt", "c/d/e/f", "c/d/g", "z",
+        // Folder markers, kept as files inside their directories.
+        // `-` sorts before the marker file's name, `a/` before `a/-x`.
+        "a/", "a/-x", "a/c/", "c/d/", "e/",
     ];
     for k in &keys {
         crate::harness::put(&s3, k, k.as_bytes()).await;
     }
     keys.sort_unstable();
+    // ListObjects V1 is the same walk.
+    let v1 = s3.list_objects().bucket(BUCKET).send().await.unwrap();
+    let v1_keys: Vec<&str> = v1.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(v1_keys, keys);
     for prefix in ["", "a", "a/", "c/d/", "q"] {
         for delimiter in [None, Some("/"), Some("-")] {
             for start in [None, Some("a/b"), Some("a/c/"), Some("b")] {
@@ -728,15 +738,246 @@ async fn listings_walk_the_store_in_key_order_page_by_page() {
 }
 
 /// Folder markers (`dir/`, a zero-byte object that S3 consoles and rclone's directory
-/// markers create) are stored, read back and listed, as on S3.
+/// markers create) are stored, read, copied and listed as on S3, beside the keys below
+/// them. s3s-fs kept them as bare directories, which refused kura's body (400).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "known gap: s3s-fs keeps keys ending in `/` as directories and refuses a body for them (400 UnexpectedContent), and kura's body for an empty object is not empty"]
 async fn folder_markers_round_trip() {
     let (_dir, _gateway, s3) = local_gateway().await;
-    crate::harness::put(&s3, "folder/", b"").await;
+    put_folder(&s3).await;
     assert!(crate::harness::get(&s3, "folder/").await.is_empty());
-    let list = env_list(&s3).await;
-    assert_eq!(list, [("folder/".to_string(), Some(0))]);
+    assert_eq!(
+        crate::harness::get(&s3, "folder/sub/").await,
+        b"marker with a body"
+    );
+    let head = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("folder/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(0));
+    // `folder` is neither the marker nor an object.
+    let missing = s3.head_object().bucket(BUCKET).key("folder").send().await;
+    assert_eq!(status(&missing.unwrap_err()), Some(404));
+
+    let all = [
+        ("folder/", 0),
+        ("folder/a", 1),
+        ("folder/sub/", 18),
+        ("folder0", 1),
+    ];
+    assert_eq!(env_list(&s3).await, owned(&all));
+    let in_folder = s3
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .prefix("folder/")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = in_folder
+        .contents()
+        .iter()
+        .filter_map(|o| o.key())
+        .collect();
+    let prefixes: Vec<&str> = in_folder
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    assert_eq!(
+        (keys, prefixes),
+        (vec!["folder/", "folder/a"], vec!["folder/sub/"])
+    );
+
+    s3.copy_object()
+        .bucket(BUCKET)
+        .key("copy/")
+        .copy_source(format!("{BUCKET}/folder/sub/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::harness::get(&s3, "copy/").await,
+        b"marker with a body"
+    );
+
+    // The marker's file name is not a key clients may use.
+    let reserved = s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("folder/.kura-folder-marker")
+        .body(b"x".to_vec().into())
+        .send()
+        .await;
+    assert_eq!(status(&reserved.unwrap_err()), Some(400));
+    assert_eq!(crate::harness::get(&s3, "folder/").await, b"");
+}
+
+/// Deleting a folder marker leaves the keys below it; deleting those (in a batch, whose
+/// answer names the keys as the client did) removes the directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn folder_markers_are_deleted_alone() {
+    let (dir, _gateway, s3) = local_gateway().await;
+    put_folder(&s3).await;
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("folder/")
+        .send()
+        .await
+        .unwrap();
+    let all = [("folder/a", 1), ("folder/sub/", 18), ("folder0", 1)];
+    assert_eq!(env_list(&s3).await, owned(&all));
+    let batch = aws_sdk_s3::types::Delete::builder()
+        .objects(
+            aws_sdk_s3::types::ObjectIdentifier::builder()
+                .key("folder/a")
+                .build()
+                .unwrap(),
+        )
+        .objects(
+            aws_sdk_s3::types::ObjectIdentifier::builder()
+                .key("folder/sub/")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let deleted = s3
+        .delete_objects()
+        .bucket(BUCKET)
+        .delete(batch)
+        .send()
+        .await
+        .unwrap();
+    let mut gone: Vec<&str> = deleted.deleted().iter().filter_map(|d| d.key()).collect();
+    gone.sort_unstable();
+    assert_eq!(gone, ["folder/a", "folder/sub/"]);
+    assert!(deleted.errors().is_empty());
+    assert_eq!(env_list(&s3).await, owned(&[("folder0", 1)]));
+    assert!(!dir.path().join(BUCKET).join("folder").exists());
+}
+
+/// A multipart upload to a folder marker's key completes to the marker.
+#[tokio::test(flavor = "multi_thread")]
+async fn folder_markers_by_multipart_upload() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    let body = data(6 << 20, 9);
+    let (id, part) = one_part(&s3, "mp/", &body).await;
+    let parts = s3
+        .list_parts()
+        .bucket(BUCKET)
+        .key("mp/")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parts.parts().len(), 1);
+    let done = try_complete(&s3, "mp/", &id, vec![part]).await.unwrap();
+    assert_eq!(done.key(), Some("mp/"));
+    assert_eq!(crate::harness::get(&s3, "mp/").await, body);
+    assert_eq!(env_list(&s3).await, owned(&[("mp/", 6 << 20)]));
+}
+
+/// The store's own answers name a marker's key as the client did, not its file.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_answers_with_the_markers_key() {
+    let store = crate::harness::start_local_upstream().await;
+    let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
+    s3.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let upload = s3
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("mp/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.key(), Some("mp/"));
+    let id = upload.upload_id().unwrap();
+    let part = crate::multipart::upload(&s3, "mp/", id, 1, b"part".to_vec()).await;
+    let parts = s3
+        .list_parts()
+        .bucket(BUCKET)
+        .key("mp/")
+        .upload_id(id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parts.key(), Some("mp/"));
+    let done = try_complete(&s3, "mp/", id, vec![part]).await.unwrap();
+    assert_eq!(done.key(), Some("mp/"));
+    assert_eq!(crate::harness::get(&s3, "mp/").await, b"part");
+}
+
+/// `a` and `a/b` (or the marker `a/`) cannot both be files of the store: the second write
+/// is a 400 that names the first, where it was a 500 that clients retried, and neither
+/// object is harmed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_where_another_keys_file_lies_is_refused_by_name() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "a", b"x").await;
+    crate::harness::put(&s3, "c/", b"marker").await;
+    for (key, names) in [("a/", "`a`"), ("a/b", "`a`"), ("c", "below `c/`")] {
+        let err = s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(key)
+            .body(b"y".to_vec().into())
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(status(&err), Some(400), "{key}");
+        let message = aws_sdk_s3::error::ProvideErrorMetadata::message(&err).unwrap_or_default();
+        assert!(message.contains(names), "{key}: {message}");
+        let copy = s3
+            .copy_object()
+            .bucket(BUCKET)
+            .key(key)
+            .copy_source(format!("{BUCKET}/a"))
+            .send()
+            .await;
+        assert_eq!(status(&copy.unwrap_err()), Some(400), "copy to {key}");
+        let upload = s3
+            .create_multipart_upload()
+            .bucket(BUCKET)
+            .key(key)
+            .send()
+            .await;
+        assert_eq!(status(&upload.unwrap_err()), Some(400), "upload to {key}");
+    }
+    // An upload whose path an object took after it began is refused at completion (s3s-fs
+    // answered 500, and had dropped the upload by then).
+    let (id, part) = one_part(&s3, "d/x", &data(6 << 20, 3)).await;
+    crate::harness::put(&s3, "d", b"d").await;
+    let done = try_complete(&s3, "d/x", &id, vec![part]).await.unwrap_err();
+    assert_eq!(status(&done), Some(400));
+    let message = aws_sdk_s3::error::ProvideErrorMetadata::message(&done).unwrap_or_default();
+    assert!(message.contains("`d`"), "{message}");
+    assert_eq!(crate::harness::get(&s3, "a").await, b"x");
+    assert_eq!(crate::harness::get(&s3, "c/").await, b"marker");
+    assert_eq!(crate::harness::get(&s3, "d").await, b"d");
+}
+
+/// The objects of the folder-marker tests: two markers, a key below one, one beside.
+async fn put_folder(s3: &aws_sdk_s3::Client) {
+    crate::harness::put(s3, "folder/", b"").await;
+    crate::harness::put(s3, "folder/a", b"a").await;
+    crate::harness::put(s3, "folder/sub/", b"marker with a body").await;
+    crate::harness::put(s3, "folder0", b"0").await;
+}
+
+fn owned(list: &[(&str, i64)]) -> Vec<(String, Option<i64>)> {
+    list.iter()
+        .map(|(k, n)| ((*k).to_string(), Some(*n)))
+        .collect()
+}
+
+/// Starts a multipart upload of `key` and uploads `body` as its part 1.
+async fn one_part(s3: &aws_sdk_s3::Client, key: &str, body: &[u8]) -> (String, CompletedPart) {
+    let id = crate::multipart::create(s3, key).await;
+    let part = crate::multipart::upload(s3, key, &id, 1, body.to_vec()).await;
+    (id, part)
 }
 
 async fn env_list(s3: &aws_sdk_s3::Client) -> Vec<(String, Option<i64>)> {

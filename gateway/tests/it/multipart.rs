@@ -43,11 +43,23 @@ pub(crate) async fn upload(
         .build()
 }
 
-async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart>) -> String {
+/// Completes upload `id` of `key` with `parts`, as the client sees the answer.
+pub(crate) async fn try_complete(
+    client: &Client,
+    key: &str,
+    id: &str,
+    parts: Vec<CompletedPart>,
+) -> Result<
+    aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadOutput,
+    aws_sdk_s3::error::SdkError<
+        aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadError,
+        aws_sdk_s3::config::http::HttpResponse,
+    >,
+> {
     let done = CompletedMultipartUpload::builder()
         .set_parts(Some(parts))
         .build();
-    let out = client
+    client
         .complete_multipart_upload()
         .bucket(BUCKET)
         .key(key)
@@ -55,7 +67,10 @@ async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart
         .multipart_upload(done)
         .send()
         .await
-        .unwrap();
+}
+
+async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart>) -> String {
+    let out = try_complete(client, key, id, parts).await.unwrap();
     out.e_tag().unwrap().to_string()
 }
 
