@@ -4,7 +4,7 @@
 //! here, `../shared/NOTES.md` section 7), and hashes every stored byte with MD5; either
 //! would make the embedded default's upstream the bottleneck. This wrapper answers
 //! GetObject itself from the same files with 1 MiB reads, writes plain PutObjects itself
-//! (`local_put.rs`), and hands every other call to s3s-fs, with two fixes:
+//! (`local_put.rs`), and hands every other call to s3s-fs, with these fixes:
 //!
 //! - s3s-fs answers HeadObject and DeleteObject of a key that names a directory (the key
 //!   `a` when `a/b` exists) with 500 InternalError after reading the directory as a file;
@@ -34,7 +34,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
-use super::local_checks::{completable, placeable, remove_empty_parents, storable_key};
+use super::local_checks::{Blocked, completable, placeable, remove_empty_parents, storable_key};
 use super::local_keys::{client_key, not_reserved, store_key, stored};
 use super::request;
 
@@ -82,7 +82,7 @@ macro_rules! store {
             async fn put_object(&self, mut req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
                 store_key(&mut req.input.key)?;
                 storable_key(&req.input.bucket, &req.input.key, false)?;
-                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
+                self.clear_way(&req.input.bucket, &req.input.key).await?;
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
                     return super::local_put::put(&self.root, (&self.locks, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
                 }
@@ -92,12 +92,13 @@ macro_rules! store {
             }
 
             async fn get_object(&self, mut req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
-                store_key(&mut req.input.key)?;
+                // A reserved key is never stored: not there, as its delete answers.
+                store_key(&mut req.input.key).map_err(|_| s3_error!(NoSuchKey))?;
                 self.read(req).await
             }
 
             async fn head_object(&self, mut req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
-                store_key(&mut req.input.key)?;
+                store_key(&mut req.input.key).map_err(|_| s3_error!(NoSuchKey))?;
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Err(s3_error!(NoSuchKey));
                 }
@@ -125,11 +126,20 @@ macro_rules! store {
 
             async fn delete_objects(&self, mut req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
                 let bucket = req.input.bucket.clone();
-                // Keys the store cannot keep are not there: deleted, as S3 reports a missing key.
-                let (kept, absent): (Vec<_>, Vec<_>) = std::mem::take(&mut req.input.delete.objects)
-                    .into_iter()
-                    .partition(|o| not_reserved(&o.key).is_ok() && storable_key(&bucket, &stored(&o.key), false).is_ok());
-                req.input.delete.objects = kept;
+                // Keys the store cannot keep, and keys without a file (`a/` while `a` is an
+                // object, `a` while `a/b` is; s3s-fs fails the batch on those), are not there:
+                // deleted, as S3 reports a missing key.
+                let mut absent = Vec::new();
+                for o in std::mem::take(&mut req.input.delete.objects) {
+                    let there = not_reserved(&o.key).is_ok()
+                        && storable_key(&bucket, &stored(&o.key), false).is_ok()
+                        && self.holds_file(&bucket, &stored(&o.key)).await;
+                    if there {
+                        req.input.delete.objects.push(o);
+                    } else {
+                        absent.push(o);
+                    }
+                }
                 for o in &mut req.input.delete.objects {
                     store_key(&mut o.key)?;
                 }
@@ -170,7 +180,7 @@ macro_rules! store {
                 store_key(&mut req.input.key)?;
                 store_source_key(&mut req.input.copy_source)?;
                 storable_key(&req.input.bucket, &req.input.key, false)?;
-                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
+                self.clear_way(&req.input.bucket, &req.input.key).await?;
                 let source = copy_source(&req.input.copy_source)?;
                 let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
@@ -190,7 +200,7 @@ macro_rules! store {
             async fn create_multipart_upload(&self, mut req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
                 store_key(&mut req.input.key)?;
                 storable_key(&req.input.bucket, &req.input.key, true)?;
-                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
+                self.clear_way(&req.input.bucket, &req.input.key).await?;
                 let mut out = self.fs.create_multipart_upload(req).await?;
                 client_key(&mut out.output.key);
                 Ok(out)
@@ -199,7 +209,7 @@ macro_rules! store {
             async fn complete_multipart_upload(&self, mut req: S3Request<CompleteMultipartUploadInput>) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
                 store_key(&mut req.input.key)?;
                 completable(&self.root, &req.input).await?;
-                placeable(&self.root, &req.input.bucket, &req.input.key).await?;
+                self.clear_way(&req.input.bucket, &req.input.key).await?;
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 let _dirs = self.dirs.read().await;
                 let mut out = self.fs.complete_multipart_upload(req).await?;
@@ -274,11 +284,11 @@ store! {
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
 }
 
-/// Turns the key a copy reads into its stored form.
+/// Turns the key a copy reads into its stored form (a reserved one is not there).
 fn store_source_key(source: &mut CopySource) -> S3Result<()> {
     if let CopySource::Bucket { key, .. } = source {
         let mut k = key.to_string();
-        store_key(&mut k)?;
+        store_key(&mut k).map_err(|_| s3_error!(NoSuchKey))?;
         *key = k.into_boxed_str();
     }
     Ok(())
@@ -308,6 +318,35 @@ impl LocalDir {
         }
     }
 
+    /// Checks that `key`'s file can go in place (`local_checks::placeable`). An empty
+    /// directory in the way, which a delete left because writes were running, is removed
+    /// now if none is; else the client is asked to retry.
+    async fn clear_way(&self, bucket: &str, key: &str) -> S3Result<()> {
+        let Err(blocked) = placeable(&self.root, bucket, key).await else {
+            return Ok(());
+        };
+        let dir = match blocked {
+            Blocked::Taken(e) => return Err(e),
+            Blocked::EmptyDirectory(dir) => dir,
+        };
+        if let Ok(_dirs) = self.dirs.try_write() {
+            // Fails if a write put something in it meanwhile; the check below tells.
+            let _ = tokio::fs::remove_dir(&dir).await;
+        }
+        placeable(&self.root, bucket, key)
+            .await
+            .map_err(Blocked::into_error)
+    }
+
+    /// Whether the stored key `key` has a file (not a directory, not missing).
+    async fn holds_file(&self, bucket: &str, key: &str) -> bool {
+        let path = self.root.join(bucket).join(key);
+        path.starts_with(&self.root)
+            && tokio::fs::symlink_metadata(&path)
+                .await
+                .is_ok_and(|m| m.is_file())
+    }
+
     /// Checks an If-Match that s3s-fs ignores (a DeleteObject's, a copy's
     /// `x-amz-copy-source-if-match`), under the caller's lock of the object: the gateway
     /// pins deletes and the pieces of its server-side copies to the object it saw, and a
@@ -329,13 +368,11 @@ impl LocalDir {
         }
     }
 
-    /// Whether `key` names a directory of the store rather than an object. s3s-fs keeps
-    /// keys that end in `/` as directories on purpose, so those are left to it.
+    /// Whether `key` names a directory of the store rather than an object (stored keys
+    /// never end in `/`: folder markers are files, `local_keys.rs`).
     async fn names_directory(&self, bucket: &str, key: &str) -> bool {
         let path = self.root.join(bucket).join(key);
-        !key.ends_with('/')
-            && path.starts_with(&self.root)
-            && tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
+        path.starts_with(&self.root) && tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
     }
 
     /// GetObject from the file, in 1 MiB reads; metadata from s3s-fs's sidecar.

@@ -14,12 +14,12 @@
 //!   exclude each other. A write of the second is refused up front with a message that
 //!   names the first, where the filesystem's error became a 500 that clients retry.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use s3s::dto::CompleteMultipartUploadInput;
-use s3s::{S3Result, s3_error};
+use s3s::{S3Error, S3Result, s3_error};
 
 /// The longest file name the filesystems kura runs on take (`NAME_MAX`).
 const NAME_MAX: usize = 255;
@@ -36,6 +36,13 @@ pub(super) fn storable_key(bucket: &str, key: &str, upload: bool) -> S3Result<()
         return Err(s3_error!(
             InvalidArgument,
             "the embedded store cannot keep keys with an empty path segment (`//`)"
+        ));
+    }
+    if key.split('/').any(|s| s == "." || s == "..") {
+        // `a/./` would be the file of `a/`, `./` a marker at the bucket's top.
+        return Err(s3_error!(
+            InvalidArgument,
+            "the embedded store cannot keep keys with `.` or `..` segments"
         ));
     }
     let b64 = |s: &str| URL_SAFE_NO_PAD.encode(s).len();
@@ -56,10 +63,32 @@ pub(super) fn storable_key(bucket: &str, key: &str, upload: bool) -> S3Result<()
     Ok(())
 }
 
+/// Why a key's file cannot go where it belongs.
+pub(super) enum Blocked {
+    /// An object's file, or a directory with other keys in it, lies there.
+    Taken(S3Error),
+    /// An empty directory lies there: one a delete could not tidy away while writes ran.
+    EmptyDirectory(PathBuf),
+}
+
+impl Blocked {
+    /// The client's answer when the way stays blocked: an empty directory goes away once
+    /// no write runs (the next delete or write tidies it), so that one is worth a retry.
+    pub(super) fn into_error(self) -> S3Error {
+        match self {
+            Blocked::Taken(e) => e,
+            Blocked::EmptyDirectory(_) => s3_error!(
+                SlowDown,
+                "an empty directory of the store lies where this key's file goes; retry"
+            ),
+        }
+    }
+}
+
 /// Refuses to write the stored key `key` where its file cannot go: an object's file lies on
 /// its path (`a` for `a/b`), or its path is a directory of other keys (`a` when `a/b` or
 /// `a/` exists). A write racing the check can still meet the filesystem's error.
-pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> S3Result<()> {
+pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> Result<(), Blocked> {
     let top = root.join(bucket);
     let mut at = top.clone();
     let segments: Vec<&str> = key.split('/').collect();
@@ -72,17 +101,23 @@ pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> S3Result<
         let last = i + 1 == segments.len();
         if !last && !meta.is_dir() {
             let object = segments[..=i].join("/");
-            return Err(s3_error!(
+            return Err(Blocked::Taken(s3_error!(
                 InvalidArgument,
                 "the embedded store keeps each key as a file, and the object `{object}` lies where the directory of this key would go"
-            ));
+            )));
         }
         if last && meta.is_dir() {
-            return Err(s3_error!(
+            let mut entries = tokio::fs::read_dir(&at)
+                .await
+                .map_err(|e| Blocked::Taken(s3_error!(InternalError, "local store: {e}")))?;
+            if matches!(entries.next_entry().await, Ok(None)) {
+                return Err(Blocked::EmptyDirectory(at));
+            }
+            return Err(Blocked::Taken(s3_error!(
                 InvalidArgument,
                 "the embedded store keeps each key as a file, and objects below `{}/` lie where this key's file would go",
                 segments.join("/")
-            ));
+            )));
         }
     }
     Ok(())
@@ -149,6 +184,9 @@ mod tests {
     fn keys_the_store_cannot_keep_are_refused() {
         assert!(storable_key("b", "a/b/c", true).is_ok());
         assert!(storable_key("b", "a//b", false).is_err());
+        assert!(storable_key("b", "a/./.kura-folder-marker", false).is_err());
+        assert!(storable_key("b", "../b/x", false).is_err());
+        assert!(storable_key("b", "a/.x/..y", false).is_ok());
         assert!(storable_key("b", &"k".repeat(150), false).is_ok());
         assert!(storable_key("b", &"k".repeat(180), false).is_err());
         // The upload's sidecar name is longer.

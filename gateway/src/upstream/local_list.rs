@@ -78,7 +78,7 @@ async fn level(dir: PathBuf, key_prefix: String) -> S3Result<Level> {
         }
     }
     let top = key_prefix.is_empty();
-    // A marker file at the bucket's top would be the key `/`, which no client can name.
+    // A marker file at the bucket's top would be the key `/`, which the store refuses.
     entries.retain(|(name, is_dir)| !(top && !is_dir && name == FOLDER_MARKER));
     let sort_name = |name: &str, is_dir: bool| {
         let name = if !is_dir && name == FOLDER_MARKER {

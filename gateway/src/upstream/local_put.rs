@@ -8,7 +8,7 @@
 //! ETag as an MD5 (the `-0` suffix, `README.md`). Its conditions (If-Match,
 //! If-None-Match) are checked under the key's lock just before the object is put in place,
 //! so the body streams in without holding the lock. Requests that need more (a Content-MD5,
-//! checksums, a directory key) still go to s3s-fs.
+//! checksums) still go to s3s-fs.
 //!
 //! A stored object is durable before the 200 (its body, sidecars and directories are
 //! synced), a body that is broken off leaves no temporary file, and the final renames run
@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 use s3s::dto::{ETag, ETagCondition, HeadObjectInput, PutObjectInput, PutObjectOutput};
 use s3s::{S3, S3Error, S3ErrorCode, S3Result, s3_error};
+
+use super::local_checks::Blocked;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt as _;
 
@@ -43,7 +45,6 @@ pub(super) fn handles(input: &PutObjectInput) -> bool {
         && input.checksum_crc64nvme.is_none()
         && input.checksum_sha1.is_none()
         && input.checksum_sha256.is_none()
-        && !input.key.ends_with('/')
 }
 
 /// s3s-fs's `ObjectAttributes`, as it serializes them.
@@ -169,10 +170,15 @@ pub(super) async fn put(
     };
     let key_lock = locks.lock_owned(&input.bucket, &input.key).await;
     let dirs = dirs.clone();
+    let root = root.to_path_buf();
     tokio::spawn(async move {
         let _key_lock = key_lock;
         conditions.hold().await?;
         let _dirs = dirs.read_owned().await;
+        // Checked before the body came too; another key's file may have taken the path since.
+        super::local_checks::placeable(&root, &conditions.bucket, &conditions.key)
+            .await
+            .map_err(Blocked::into_error)?;
         placing.place().await.map_err(internal)
     })
     .await

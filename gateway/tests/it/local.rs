@@ -627,6 +627,23 @@ async fn conditional_puts_hold_their_conditions() {
 
 /// What S3 answers for a listing of `keys`: one page, as (keys, common prefixes, next
 /// start), from the sorted key list. The oracle for the store's directory walk.
+/// A listing page's keys and common prefixes.
+fn page_names(
+    contents: &[aws_sdk_s3::types::Object],
+    prefixes: &[aws_sdk_s3::types::CommonPrefix],
+) -> (Vec<String>, Vec<String>) {
+    (
+        contents
+            .iter()
+            .map(|o| o.key().unwrap().to_string())
+            .collect(),
+        prefixes
+            .iter()
+            .map(|p| p.prefix().unwrap().to_string())
+            .collect(),
+    )
+}
+
 fn model_page(
     keys: &[&str],
     prefix: &str,
@@ -679,10 +696,6 @@ async fn listings_walk_the_store_in_key_order_page_by_page() {
         crate::harness::put(&s3, k, k.as_bytes()).await;
     }
     keys.sort_unstable();
-    // ListObjects V1 is the same walk.
-    let v1 = s3.list_objects().bucket(BUCKET).send().await.unwrap();
-    let v1_keys: Vec<&str> = v1.contents().iter().filter_map(|o| o.key()).collect();
-    assert_eq!(v1_keys, keys);
     for prefix in ["", "a", "a/", "c/d/", "q"] {
         for delimiter in [None, Some("/"), Some("-")] {
             for start in [None, Some("a/b"), Some("a/c/"), Some("b")] {
@@ -709,22 +722,27 @@ async fn listings_walk_the_store_in_key_order_page_by_page() {
                             after.as_deref(),
                             usize::try_from(max_keys).unwrap(),
                         );
-                        let got_keys: Vec<String> = out
-                            .contents()
-                            .iter()
-                            .map(|o| o.key().unwrap().to_string())
-                            .collect();
-                        let got_prefixes: Vec<String> = out
-                            .common_prefixes()
-                            .iter()
-                            .map(|p| p.prefix().unwrap().to_string())
-                            .collect();
-                        assert_eq!((&got_keys, &got_prefixes), (&want.0, &want.1), "{what}");
+                        let got = page_names(out.contents(), out.common_prefixes());
+                        assert_eq!((&got.0, &got.1), (&want.0, &want.1), "{what}");
                         for o in out.contents() {
                             assert_eq!(o.size(), Some(o.key().unwrap().len() as i64), "{what}");
                             assert!(o.e_tag().is_some(), "{what}: ETag of {:?}", o.key());
                         }
                         assert_eq!(out.is_truncated(), Some(want.2.is_some()), "{what}");
+                        // ListObjects V1 from the same point: the marker is where to start.
+                        let v1 = s3
+                            .list_objects()
+                            .bucket(BUCKET)
+                            .prefix(prefix)
+                            .set_delimiter(delimiter.map(str::to_string))
+                            .set_marker(after.clone())
+                            .max_keys(max_keys)
+                            .send()
+                            .await
+                            .unwrap();
+                        let v1_got = page_names(v1.contents(), v1.common_prefixes());
+                        assert_eq!((&v1_got.0, &v1_got.1), (&want.0, &want.1), "V1 {what}");
+                        assert_eq!(v1.next_marker(), want.2.as_deref(), "V1 {what}");
                         if want.2.is_none() {
                             break;
                         }
@@ -829,32 +847,8 @@ async fn folder_markers_are_deleted_alone() {
         .unwrap();
     let all = [("folder/a", 1), ("folder/sub/", 18), ("folder0", 1)];
     assert_eq!(env_list(&s3).await, owned(&all));
-    let batch = aws_sdk_s3::types::Delete::builder()
-        .objects(
-            aws_sdk_s3::types::ObjectIdentifier::builder()
-                .key("folder/a")
-                .build()
-                .unwrap(),
-        )
-        .objects(
-            aws_sdk_s3::types::ObjectIdentifier::builder()
-                .key("folder/sub/")
-                .build()
-                .unwrap(),
-        )
-        .build()
-        .unwrap();
-    let deleted = s3
-        .delete_objects()
-        .bucket(BUCKET)
-        .delete(batch)
-        .send()
-        .await
-        .unwrap();
-    let mut gone: Vec<&str> = deleted.deleted().iter().filter_map(|d| d.key()).collect();
-    gone.sort_unstable();
+    let gone = delete_batch(&s3, &["folder/a", "folder/sub/"]).await;
     assert_eq!(gone, ["folder/a", "folder/sub/"]);
-    assert!(deleted.errors().is_empty());
     assert_eq!(env_list(&s3).await, owned(&[("folder0", 1)]));
     assert!(!dir.path().join(BUCKET).join("folder").exists());
 }
@@ -948,15 +942,123 @@ async fn a_key_where_another_keys_file_lies_is_refused_by_name() {
     }
     // An upload whose path an object took after it began is refused at completion (s3s-fs
     // answered 500, and had dropped the upload by then).
-    let (id, part) = one_part(&s3, "d/x", &data(6 << 20, 3)).await;
+    let body = data(6 << 20, 3);
+    let (id, part) = one_part(&s3, "d/x", &body).await;
     crate::harness::put(&s3, "d", b"d").await;
-    let done = try_complete(&s3, "d/x", &id, vec![part]).await.unwrap_err();
+    let done = try_complete(&s3, "d/x", &id, vec![part.clone()])
+        .await
+        .unwrap_err();
     assert_eq!(status(&done), Some(400));
     let message = aws_sdk_s3::error::ProvideErrorMetadata::message(&done).unwrap_or_default();
     assert!(message.contains("`d`"), "{message}");
     assert_eq!(crate::harness::get(&s3, "a").await, b"x");
     assert_eq!(crate::harness::get(&s3, "c/").await, b"marker");
     assert_eq!(crate::harness::get(&s3, "d").await, b"d");
+    // The upload is still there, and completes once the way is clear.
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("d")
+        .send()
+        .await
+        .unwrap();
+    try_complete(&s3, "d/x", &id, vec![part]).await.unwrap();
+    assert!(crate::harness::get(&s3, "d/x").await == body);
+}
+
+/// Regression: DeleteObjects of a key whose path holds no file of its own (`a/` while `a`
+/// is an object, `c` while `c/` is) failed the whole batch with a 500, after deleting
+/// part of it; such keys are not there, and the rest of the batch is deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_delete_of_keys_without_a_file_deletes_the_rest() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "a", b"a").await;
+    crate::harness::put(&s3, "c/", b"c").await;
+    crate::harness::put(&s3, "e", b"e").await;
+    let keys = ["a/", "c", "e", "c/.kura-folder-marker"];
+    let deleted = delete_batch(&s3, &keys).await;
+    let mut want = keys.to_vec();
+    want.sort_unstable();
+    assert_eq!(deleted, want);
+    assert_eq!(env_list(&s3).await, owned(&[("a", 1), ("c/", 1)]));
+}
+
+/// The marker file's name is no key: writing it is refused, and reading, copying or
+/// deleting it finds nothing (it is never the marker's object).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_marker_files_name_is_no_key() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    crate::harness::put(&s3, "f/", b"marker").await;
+    let reserved = "f/.kura-folder-marker";
+    let get = s3.get_object().bucket(BUCKET).key(reserved).send().await;
+    assert_eq!(status(&get.unwrap_err()), Some(404));
+    let head = s3.head_object().bucket(BUCKET).key(reserved).send().await;
+    assert_eq!(status(&head.unwrap_err()), Some(404));
+    let copy = s3
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/{reserved}"))
+        .send()
+        .await;
+    assert_eq!(status(&copy.unwrap_err()), Some(404));
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key(reserved)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(crate::harness::get(&s3, "f/").await, b"marker");
+}
+
+/// A delete tidies the directories it empties only while no write runs; an empty one left
+/// behind is removed when a key's file needs its place (it was a 500 for ever).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_directory_left_in_the_way_is_removed() {
+    let (dir, _gateway, s3) = local_gateway().await;
+    std::fs::create_dir_all(dir.path().join(BUCKET).join("x")).unwrap();
+    crate::harness::put(&s3, "x", b"flat").await;
+    assert_eq!(crate::harness::get(&s3, "x").await, b"flat");
+    std::fs::create_dir_all(dir.path().join(BUCKET).join("y/z")).unwrap();
+    let blocked = s3
+        .put_object()
+        .bucket(BUCKET)
+        .key("y")
+        .body(b"y".to_vec().into())
+        .send()
+        .await;
+    assert_eq!(
+        status(&blocked.unwrap_err()),
+        Some(400),
+        "y/ holds a directory"
+    );
+}
+
+/// Deletes `keys` with one DeleteObjects: the keys it reports deleted, sorted. It must
+/// report no errors.
+async fn delete_batch(s3: &aws_sdk_s3::Client, keys: &[&str]) -> Vec<String> {
+    let mut batch = aws_sdk_s3::types::Delete::builder();
+    for key in keys {
+        let id = aws_sdk_s3::types::ObjectIdentifier::builder()
+            .key(*key)
+            .build();
+        batch = batch.objects(id.unwrap());
+    }
+    let out = s3
+        .delete_objects()
+        .bucket(BUCKET)
+        .delete(batch.build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(out.errors().is_empty(), "{:?}", out.errors());
+    let mut deleted: Vec<String> = out
+        .deleted()
+        .iter()
+        .filter_map(|d| d.key())
+        .map(str::to_string)
+        .collect();
+    deleted.sort_unstable();
+    deleted
 }
 
 /// The objects of the folder-marker tests: two markers, a key below one, one beside.
