@@ -34,7 +34,7 @@ const DRAIN: Duration = Duration::from_secs(30);
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a TLS handshake may take.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The pause after a failed `accept` (out of file descriptors, say), so that the loop does
 /// not spin on it.

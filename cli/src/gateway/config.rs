@@ -222,3 +222,49 @@ pub fn in_process(args: &GatewayArgs) -> anyhow::Result<(GatewayConfig, String, 
     };
     Ok((config, access_key, secret))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    /// The gateway flags as `kura gateway` would parse them.
+    fn flags(argv: &[&str]) -> GatewayArgs {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            gateway: GatewayArgs,
+        }
+        T::try_parse_from(std::iter::once("t").chain(argv.iter().copied()))
+            .unwrap()
+            .gateway
+    }
+
+    /// The path style the upstream gets from these flags over this config file.
+    fn path_style(argv: &[&str], file_text: &str) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("keys.toml");
+        let keyring = Keyring::generate("test".into()).unwrap();
+        crate::keys::save_new_key_file(&key_file, &keyring).unwrap();
+        let file: FileConfig = toml::from_str(file_text).unwrap();
+        let url = Some("http://upstream:9000".to_string());
+        let (upstream, _, _) =
+            upstream_and_keyring(&flags(argv), &file, url, Some(key_file), false).unwrap();
+        let UpstreamConfig::S3 { path_style, .. } = upstream else {
+            panic!("an S3 upstream was configured")
+        };
+        path_style
+    }
+
+    #[test]
+    fn path_style_flags_win_over_the_file_either_way() {
+        let file_on = "[upstream]\npath_style = true\n";
+        let file_off = "[upstream]\npath_style = false\n";
+        assert!(!path_style(&[], ""), "virtual-host style by default");
+        assert!(path_style(&["--path-style"], ""));
+        assert!(path_style(&[], file_on));
+        assert!(!path_style(&["--path-style=false"], file_on));
+        assert!(path_style(&["--path-style=true"], file_off));
+    }
+}

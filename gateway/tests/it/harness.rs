@@ -372,3 +372,20 @@ pub fn sigv4_now() -> (String, String, Vec<u8>) {
     }
     (stamp, scope, k)
 }
+
+/// Asserts that the gateway closes `socket`, on which the test sends nothing, without an
+/// answer: not before `limit` (less a second of slack), and within 10 s after it.
+pub async fn closed_after(mut socket: tokio::net::TcpStream, limit: std::time::Duration) {
+    use tokio::io::AsyncReadExt as _;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(
+        limit + std::time::Duration::from_secs(10),
+        socket.read(&mut buf),
+    )
+    .await
+    .expect("the gateway closes the connection")
+    .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(started.elapsed() + std::time::Duration::from_secs(1) >= limit);
+}

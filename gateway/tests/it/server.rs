@@ -357,3 +357,19 @@ async fn shutdown_does_not_wait_for_idle_connections() {
         started.elapsed()
     );
 }
+
+/// A connection to the TLS listener that never starts its handshake is closed once the
+/// handshake's time is up; hyper's header timer starts only after it, so without that
+/// limit the connection and its task were held for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_handshake_that_never_starts_is_cut_off() {
+    let upstream = start_upstream().await;
+    let certs = tempfile::tempdir().unwrap();
+    let (_ca, cert, key) = certificates(certs.path());
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    let mut config = gateway_config(&upstream, keyring);
+    config.tls = Some(TlsFiles { cert, key });
+    let gw = kura_gateway::server::start(config).await.unwrap();
+    let socket = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    crate::harness::closed_after(socket, kura_gateway::server::TLS_HANDSHAKE_TIMEOUT).await;
+}
