@@ -67,16 +67,21 @@ pub(crate) fn refuse_keys(
     objects.retain(|o| match check(&o.key) {
         Ok(()) => true,
         Err(e) => {
-            refused.push(s3s::dto::Error {
-                code: Some(e.code().as_str().to_string()),
-                key: Some(o.key.clone()),
-                message: e.message().map(str::to_string),
-                version_id: o.version_id.clone(),
-            });
+            refused.push(key_error(o, &e));
             false
         }
     });
     refused
+}
+
+/// The per-key error of a DeleteObjects answer for `object`, refused with `e`.
+pub(crate) fn key_error(object: &s3s::dto::ObjectIdentifier, e: &s3s::S3Error) -> s3s::dto::Error {
+    s3s::dto::Error {
+        code: Some(e.code().as_str().to_string()),
+        key: Some(object.key.clone()),
+        message: e.message().map(str::to_string),
+        version_id: object.version_id.clone(),
+    }
 }
 
 /// Checks an object key the way S3 would before it reaches a filesystem upstream.

@@ -14,10 +14,13 @@
 //!   the object; they are removed after the delete, and so are the key's directories that
 //!   the delete left empty.
 //! - Keys it cannot keep as files of their own (`a//b`, names too long for the
-//!   filesystem, `a/b` while `a` is an object) and completions whose part list it would refuse half-way are refused
-//!   before s3s-fs changes anything (`local_checks.rs`); a DeleteObject's If-Match and a
-//!   copy's `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteBucket of a bucket with objects is 409
-//!   BucketNotEmpty, where s3s-fs removes the directory with everything in it.
+//!   filesystem, `a/b` while `a` is an object) and completions whose part list it would
+//!   refuse half-way are refused before s3s-fs changes anything (`local_checks.rs`).
+//! - A DeleteObject's If-Match, DeleteObjects' per-key ETags and a copy's
+//!   `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteObjects answers
+//!   keys without a file of their own itself (s3s-fs fails the whole batch on them).
+//! - DeleteBucket of a bucket with objects is 409 BucketNotEmpty, where s3s-fs removes the
+//!   directory with everything in it.
 //! - ListObjectsV2 walks the bucket in key order and stops after the page
 //!   (`local_list.rs`), where s3s-fs reads and sorts the whole bucket for every page.
 //! - Folder markers (`dir/`), which s3s-fs keeps as bare directories that can hold no
@@ -124,52 +127,8 @@ macro_rules! store {
                 Ok(out)
             }
 
-            async fn delete_objects(&self, mut req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
-                let bucket = req.input.bucket.clone();
-                // Keys the store cannot keep, and keys without a file (`a/` while `a` is an
-                // object, `a` while `a/b` is; s3s-fs fails the batch on those), are not there:
-                // deleted, as S3 reports a missing key.
-                let mut absent = Vec::new();
-                for o in std::mem::take(&mut req.input.delete.objects) {
-                    let there = not_reserved(&o.key).is_ok()
-                        && storable_key(&bucket, &stored(&o.key), false).is_ok()
-                        && self.holds_file(&bucket, &stored(&o.key)).await;
-                    if there {
-                        req.input.delete.objects.push(o);
-                    } else {
-                        absent.push(o);
-                    }
-                }
-                for o in &mut req.input.delete.objects {
-                    store_key(&mut o.key)?;
-                }
-                let keys: Vec<String> = req.input.delete.objects.iter().map(|o| o.key.clone()).collect();
-                let mut out = if keys.is_empty() {
-                    S3Response::new(DeleteObjectsOutput::default())
-                } else {
-                    let _keys = self.locks.lock_all(&bucket, keys.iter().map(String::as_str)).await;
-                    let mut out = self.fs.delete_objects(req).await?;
-                    let deleted: Vec<String> = out.output.deleted.iter().flatten().filter_map(|d| d.key.clone()).collect();
-                    for key in &deleted {
-                        super::local_put::remove_sidecars(&self.root, &bucket, key).await;
-                    }
-                    self.tidy(&bucket, &deleted).await;
-                    for d in out.output.deleted.iter_mut().flatten() {
-                        client_key(&mut d.key);
-                    }
-                    for e in out.output.errors.iter_mut().flatten() {
-                        client_key(&mut e.key);
-                    }
-                    out
-                };
-                if !absent.is_empty() {
-                    out.output.deleted.get_or_insert_with(Vec::new).extend(absent.into_iter().map(|o| DeletedObject {
-                        key: Some(o.key),
-                        version_id: o.version_id,
-                        ..Default::default()
-                    }));
-                }
-                Ok(out)
+            async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+                self.delete_batch(req).await
             }
 
             async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
@@ -316,6 +275,91 @@ impl LocalDir {
         for key in keys {
             remove_empty_parents(&self.root, bucket, key).await;
         }
+    }
+
+    /// DeleteObjects: s3s-fs's, with the keys it cannot delete or would fail the batch on
+    /// answered here, the per-key ETags it ignores checked, and the tidying after it.
+    async fn delete_batch(
+        &self,
+        mut req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let bucket = req.input.bucket.clone();
+        // Keys the store cannot keep, and keys without a file (`a/` while `a` is an object,
+        // `a` while `a/b` is; s3s-fs fails the batch on those), are not there: deleted, as
+        // S3 reports a missing key, unless an ETag was pinned (then NoSuchKey, as for a
+        // DeleteObject with If-Match).
+        let (mut absent, mut missing) = (Vec::new(), Vec::new());
+        for o in std::mem::take(&mut req.input.delete.objects) {
+            let there = not_reserved(&o.key).is_ok()
+                && storable_key(&bucket, &stored(&o.key), false).is_ok()
+                && self.holds_file(&bucket, &stored(&o.key)).await;
+            if there {
+                req.input.delete.objects.push(o);
+            } else if o.e_tag.is_some() {
+                missing.push(crate::object::key_error(&o, &s3_error!(NoSuchKey)));
+            } else {
+                absent.push(DeletedObject {
+                    key: Some(o.key),
+                    version_id: o.version_id,
+                    ..Default::default()
+                });
+            }
+        }
+        for o in &mut req.input.delete.objects {
+            store_key(&mut o.key)?;
+        }
+        let keys: Vec<String> = req
+            .input
+            .delete
+            .objects
+            .iter()
+            .map(|o| o.key.clone())
+            .collect();
+        let _keys = self
+            .locks
+            .lock_all(&bucket, keys.iter().map(String::as_str))
+            .await;
+        // s3s-fs ignores the per-key ETags; they are checked here, under the locks.
+        let mut refused = Vec::new();
+        for o in std::mem::take(&mut req.input.delete.objects) {
+            let pin = o.e_tag.clone().map(ETagCondition::ETag);
+            match self
+                .etag_holds((&bucket, &o.key), pin.as_ref(), "the object changed")
+                .await
+            {
+                Ok(()) => req.input.delete.objects.push(o),
+                Err(e) => refused.push(crate::object::key_error(&o, &e)),
+            }
+        }
+        let mut out = if req.input.delete.objects.is_empty() {
+            DeleteObjectsOutput::default()
+        } else {
+            self.fs.delete_objects(req).await?.output
+        };
+        let deleted: Vec<String> = out
+            .deleted
+            .iter()
+            .flatten()
+            .filter_map(|d| d.key.clone())
+            .collect();
+        for key in &deleted {
+            super::local_put::remove_sidecars(&self.root, &bucket, key).await;
+        }
+        self.tidy(&bucket, &deleted).await;
+        out.errors.get_or_insert_with(Vec::new).extend(refused);
+        // Stored keys back to the client's; the ones answered above never were stored.
+        for d in out.deleted.iter_mut().flatten() {
+            client_key(&mut d.key);
+        }
+        for e in out.errors.iter_mut().flatten() {
+            client_key(&mut e.key);
+        }
+        out.errors.get_or_insert_with(Vec::new).extend(missing);
+        out.deleted.get_or_insert_with(Vec::new).extend(absent);
+        // Lists with nothing in them are left out, as S3 leaves them out.
+        out.errors = out.errors.filter(|e| !e.is_empty());
+        out.deleted = out.deleted.filter(|d| !d.is_empty());
+        Ok(S3Response::new(out))
     }
 
     /// Checks that `key`'s file can go in place (`local_checks::placeable`). An empty

@@ -982,6 +982,51 @@ async fn a_batch_delete_of_keys_without_a_file_deletes_the_rest() {
     assert_eq!(env_list(&s3).await, owned(&[("a", 1), ("c/", 1)]));
 }
 
+/// DeleteObjects' per-key ETags hold on the embedded store (s3s-fs ignores them): a key
+/// whose object changed, or is not there, is refused in the answer and kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn batch_deletes_hold_to_their_etags() {
+    let (_dir, _gateway, s3) = local_gateway().await;
+    let first = crate::harness::put(&s3, "k1", b"one").await.e_tag.unwrap();
+    crate::harness::put(&s3, "k2", b"two").await;
+    crate::harness::put(&s3, "k3", b"three").await;
+    let id = |key: &str, etag: Option<&str>| {
+        aws_sdk_s3::types::ObjectIdentifier::builder()
+            .key(key)
+            .set_e_tag(etag.map(str::to_string))
+            .build()
+            .unwrap()
+    };
+    let batch = aws_sdk_s3::types::Delete::builder()
+        .objects(id("k1", Some(&first)))
+        .objects(id("k2", Some(&first)))
+        .objects(id("k3", None))
+        .objects(id("gone", Some(&first)))
+        .build()
+        .unwrap();
+    let out = s3
+        .delete_objects()
+        .bucket(BUCKET)
+        .delete(batch)
+        .send()
+        .await
+        .unwrap();
+    let mut deleted: Vec<&str> = out.deleted().iter().filter_map(|d| d.key()).collect();
+    deleted.sort_unstable();
+    assert_eq!(deleted, ["k1", "k3"]);
+    let mut errors: Vec<(&str, &str)> = out
+        .errors()
+        .iter()
+        .map(|e| (e.key().unwrap(), e.code().unwrap()))
+        .collect();
+    errors.sort_unstable();
+    assert_eq!(
+        errors,
+        [("gone", "NoSuchKey"), ("k2", "PreconditionFailed")]
+    );
+    assert_eq!(env_list(&s3).await, owned(&[("k2", 3)]));
+}
+
 /// The marker file's name is no key: writing it is refused, and reading, copying or
 /// deleting it finds nothing (it is never the marker's object).
 #[tokio::test(flavor = "multi_thread")]
