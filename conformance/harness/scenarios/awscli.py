@@ -75,6 +75,21 @@ def run(ctx):
             aws("s3api", "get-object", "--bucket", bucket, "--key", big_key, "--range", rng, out)
             check(out.read_bytes() == want, f"range {rng} returned different bytes")
 
+    with ctx.step(CLIENT, "folder marker (s3api put-object --key dir/)"):
+        # What S3 consoles and rclone's directory markers create: an empty object whose key
+        # ends in `/`, listed beside the keys below it.
+        aws("s3api", "put-object", "--bucket", bucket, "--key", "marker/")
+        aws("s3", "cp", "--no-progress", files["cp/file-0.bin"], f"s3://{bucket}/marker/inside.bin")
+        head = json.loads(aws("s3api", "head-object", "--bucket", bucket, "--key", "marker/"))
+        check(head["ContentLength"] == 0, f"marker ContentLength {head['ContentLength']}")
+        listed = json.loads(
+            aws("s3api", "list-objects-v2", "--bucket", bucket, "--prefix", "marker/", "--delimiter", "/")
+        )
+        found = [(o["Key"], o["Size"]) for o in listed.get("Contents", [])]
+        check(found == [("marker/", 0), ("marker/inside.bin", 1)], f"listed under marker/: {found}")
+        top = aws("s3", "ls", f"s3://{bucket}/")
+        check("PRE marker/" in top, f"s3 ls shows no marker/ prefix: {top.strip()[:200]}")
+
     with ctx.step(CLIENT, "upstream holds only ciphertext"):
         ctx.assert_only_ciphertext(bucket, samples=files, min_objects=24)
 
