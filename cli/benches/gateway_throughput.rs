@@ -455,15 +455,17 @@ async fn main() {
     let _ = futures::stream::iter([()]).next().await;
 }
 
-/// The embedded default: the gateway keeps the ciphertext in its own directory with the
-/// same store (`LocalDir`) that the bench's upstream serves, so there is no upstream hop.
-/// Direct is that upstream over loopback, measured again next to it.
+/// The embedded default: the gateway keeps the ciphertext in its own directory with
+/// `LocalDir` (the store the bench's upstream serves, unless `KURA_BENCH_S3S_FS=1`), so
+/// there is no upstream hop. Direct is the bench's upstream over loopback, measured again
+/// next to it.
 ///
 /// Here the gateway itself writes the page cache, and on this virtual machine a write into
 /// memory the guest freed more than a moment ago pays the host's fault again (free page
 /// reporting; a 1 GiB `dd` took 2.1 s of kernel time, and 0.33 s right after the file
 /// was removed, whose pages it took again). Of two PUTs in a row the second paid it in
-/// these runs, so the PUTs run twice, in both orders, and each side's best is printed.
+/// these runs, so the PUTs run twice, in both orders, and each side's shortest time and
+/// least CPU (perhaps of different rounds) are printed. The GETs run once.
 async fn embedded(upstream: SocketAddr, work: &Path, file: &Path, len: u64) {
     let gib = len as f64 / f64::from(1u32 << 30);
     let (mut gw, addr) = start_gateway(None, work);
@@ -511,6 +513,8 @@ async fn embedded(upstream: SocketAddr, work: &Path, file: &Path, len: u64) {
         );
     }
     stop_profile(perf);
+    delete(&direct, "direct-bench", "again").await;
+    delete(&via, "embedded-bench", "unsigned").await;
     let _ = gw.kill();
     let _ = gw.wait();
 }

@@ -37,11 +37,17 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
-use super::local_checks::{Blocked, completable, placeable, remove_empty_parents, storable_key};
+use super::local_checks::{
+    Blocked, completable, placeable, remove_empty_parents, remove_empty_tree, storable_key,
+};
 use super::local_keys::{client_key, not_reserved, store_key, stored};
 use super::request;
 
 const READ_CHUNK: usize = 1 << 20;
+
+/// How long a write waits for the store's directories to be its own to remove empty ones
+/// in its way (`LocalDir::clear_way`).
+const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// s3s-fs with a fast object reader.
 pub struct LocalDir {
@@ -287,15 +293,10 @@ impl LocalDir {
         // Keys the store cannot keep, and keys without a file (`a/` while `a` is an object,
         // `a` while `a/b` is; s3s-fs fails the batch on those), are not there: deleted, as
         // S3 reports a missing key, unless an ETag was pinned (then NoSuchKey, as for a
-        // DeleteObject with If-Match).
+        // DeleteObject with If-Match). `o` names the client's key.
         let (mut absent, mut missing) = (Vec::new(), Vec::new());
-        for o in std::mem::take(&mut req.input.delete.objects) {
-            let there = not_reserved(&o.key).is_ok()
-                && storable_key(&bucket, &stored(&o.key), false).is_ok()
-                && self.holds_file(&bucket, &stored(&o.key)).await;
-            if there {
-                req.input.delete.objects.push(o);
-            } else if o.e_tag.is_some() {
+        let mut not_there = |o: ObjectIdentifier| {
+            if o.e_tag.is_some() {
                 missing.push(crate::object::key_error(&o, &s3_error!(NoSuchKey)));
             } else {
                 absent.push(DeletedObject {
@@ -304,9 +305,16 @@ impl LocalDir {
                     ..Default::default()
                 });
             }
-        }
-        for o in &mut req.input.delete.objects {
-            store_key(&mut o.key)?;
+        };
+        for mut o in std::mem::take(&mut req.input.delete.objects) {
+            let storable = not_reserved(&o.key).is_ok()
+                && storable_key(&bucket, &stored(&o.key), false).is_ok();
+            if storable {
+                store_key(&mut o.key)?;
+                req.input.delete.objects.push(o);
+            } else {
+                not_there(o);
+            }
         }
         let keys: Vec<String> = req
             .input
@@ -319,9 +327,15 @@ impl LocalDir {
             .locks
             .lock_all(&bucket, keys.iter().map(String::as_str))
             .await;
-        // s3s-fs ignores the per-key ETags; they are checked here, under the locks.
+        // Whether the file is there, and the per-key ETags s3s-fs ignores, are checked under
+        // the locks: no write of these keys can come between the check and the delete.
         let mut refused = Vec::new();
         for o in std::mem::take(&mut req.input.delete.objects) {
+            if !self.holds_file(&bucket, &o.key).await {
+                let key = super::local_keys::client(&o.key).to_string();
+                not_there(ObjectIdentifier { key, ..o });
+                continue;
+            }
             let pin = o.e_tag.clone().map(ETagCondition::ETag);
             match self
                 .etag_holds((&bucket, &o.key), pin.as_ref(), "the object changed")
@@ -362,9 +376,10 @@ impl LocalDir {
         Ok(S3Response::new(out))
     }
 
-    /// Checks that `key`'s file can go in place (`local_checks::placeable`). An empty
-    /// directory in the way, which a delete left because writes were running, is removed
-    /// now if none is; else the client is asked to retry.
+    /// Checks that `key`'s file can go in place (`local_checks::placeable`). Empty
+    /// directories in the way, which deletes left because writes were running, are removed
+    /// once the writes that are placing files now have done (tokio's lock queues later ones
+    /// behind this); if that takes over [`CLEAR_WAIT`], the client is asked to retry.
     async fn clear_way(&self, bucket: &str, key: &str) -> S3Result<()> {
         let Err(blocked) = placeable(&self.root, bucket, key).await else {
             return Ok(());
@@ -373,9 +388,10 @@ impl LocalDir {
             Blocked::Taken(e) => return Err(e),
             Blocked::EmptyDirectory(dir) => dir,
         };
-        if let Ok(_dirs) = self.dirs.try_write() {
-            // Fails if a write put something in it meanwhile; the check below tells.
-            let _ = tokio::fs::remove_dir(&dir).await;
+        // Called holding no lock, so waiting for the write side cannot deadlock.
+        if let Ok(_dirs) = tokio::time::timeout(CLEAR_WAIT, self.dirs.write()).await {
+            // Leaves what a write put in meanwhile; the check below tells.
+            remove_empty_tree(&dir).await;
         }
         placeable(&self.root, bucket, key)
             .await

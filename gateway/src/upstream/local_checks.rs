@@ -94,7 +94,8 @@ pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> Result<()
     let segments: Vec<&str> = key.split('/').collect();
     for (i, segment) in segments.iter().enumerate() {
         at.push(segment);
-        let Ok(meta) = tokio::fs::metadata(&at).await else {
+        // Not following links: a link is neither the store's directory nor its object.
+        let Ok(meta) = tokio::fs::symlink_metadata(&at).await else {
             // Nothing there yet: the rest of the path is made by the write.
             return Ok(());
         };
@@ -107,10 +108,7 @@ pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> Result<()
             )));
         }
         if last && meta.is_dir() {
-            let mut entries = tokio::fs::read_dir(&at)
-                .await
-                .map_err(|e| Blocked::Taken(s3_error!(InternalError, "local store: {e}")))?;
-            if matches!(entries.next_entry().await, Ok(None)) {
+            if empty_tree(&at).await.is_some() {
                 return Err(Blocked::EmptyDirectory(at));
             }
             return Err(Blocked::Taken(s3_error!(
@@ -121,6 +119,40 @@ pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The most entries [`empty_tree`] looks at before it calls a directory occupied.
+const EMPTY_TREE_LIMIT: usize = 64;
+
+/// If `dir` holds directories only, with no file anywhere below (what deletes leave when
+/// they cannot tidy), those directories, each before the ones inside it. `None` when it
+/// holds anything else, or more than [`EMPTY_TREE_LIMIT`] entries.
+async fn empty_tree(dir: &Path) -> Option<Vec<PathBuf>> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while let Some(d) = found.get(next).cloned() {
+        next += 1;
+        let mut entries = tokio::fs::read_dir(&d).await.ok()?;
+        while let Some(entry) = entries.next_entry().await.ok()? {
+            // A link or a file is something; only directories may be emptied away.
+            if found.len() > EMPTY_TREE_LIMIT || !entry.file_type().await.ok()?.is_dir() {
+                return None;
+            }
+            found.push(entry.path());
+        }
+    }
+    Some(found)
+}
+
+/// Removes `dir` and the empty directories below it, deepest first. A directory that has
+/// gained an entry meanwhile stays, and so do the ones above it.
+pub(super) async fn remove_empty_tree(dir: &Path) {
+    let Some(dirs) = empty_tree(dir).await else {
+        return;
+    };
+    for d in dirs.iter().rev() {
+        let _ = tokio::fs::remove_dir(d).await;
+    }
 }
 
 /// Checks a completion's part list the way s3s-fs will, before it changes anything: parts
