@@ -249,6 +249,21 @@ mod tests {
         assert_eq!(common_prefix("a/b", "", None), None);
     }
 
+    /// A directory that a delete removed after its parent was read is an empty level,
+    /// as a listing taken a moment later would see, not an error.
+    #[tokio::test]
+    async fn a_directory_gone_mid_walk_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = level(dir.path().join("removed"), "removed/".into()).await;
+        assert!(gone.unwrap().entries.is_empty());
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/-k"), b"k").unwrap();
+        std::fs::write(dir.path().join("d/.kura-folder-marker"), b"m").unwrap();
+        let here = level(dir.path().join("d"), "d/".into()).await.unwrap();
+        let names: Vec<&str> = here.entries.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, [".kura-folder-marker", "-k"], "the marker first");
+    }
+
     #[test]
     fn subtrees_off_the_page_are_not_entered() {
         let all = ("", None);
