@@ -40,7 +40,7 @@ use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use super::local_checks::{
     Blocked, completable, placeable, remove_empty_parents, remove_empty_tree, storable_key,
 };
-use super::local_keys::{client_key, not_reserved, store_key, stored};
+use super::local_keys::{client_key, store_key, store_read_key};
 use super::request;
 
 const READ_CHUNK: usize = 1 << 20;
@@ -102,12 +102,12 @@ macro_rules! store {
 
             async fn get_object(&self, mut req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
                 // A reserved key is never stored: not there, as its delete answers.
-                store_key(&mut req.input.key).map_err(|_| s3_error!(NoSuchKey))?;
+                store_read_key(&mut req.input.key)?;
                 self.read(req).await
             }
 
             async fn head_object(&self, mut req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
-                store_key(&mut req.input.key).map_err(|_| s3_error!(NoSuchKey))?;
+                store_read_key(&mut req.input.key)?;
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Err(s3_error!(NoSuchKey));
                 }
@@ -253,7 +253,7 @@ store! {
 fn store_source_key(source: &mut CopySource) -> S3Result<()> {
     if let CopySource::Bucket { key, .. } = source {
         let mut k = key.to_string();
-        store_key(&mut k).map_err(|_| s3_error!(NoSuchKey))?;
+        store_read_key(&mut k)?;
         *key = k.into_boxed_str();
     }
     Ok(())
@@ -306,12 +306,10 @@ impl LocalDir {
                 });
             }
         };
-        for mut o in std::mem::take(&mut req.input.delete.objects) {
-            let storable = not_reserved(&o.key).is_ok()
-                && storable_key(&bucket, &stored(&o.key), false).is_ok();
-            if storable {
-                store_key(&mut o.key)?;
-                req.input.delete.objects.push(o);
+        for o in std::mem::take(&mut req.input.delete.objects) {
+            let mut key = o.key.clone();
+            if store_key(&mut key).is_ok() && storable_key(&bucket, &key, false).is_ok() {
+                req.input.delete.objects.push(ObjectIdentifier { key, ..o });
             } else {
                 not_there(o);
             }
@@ -398,13 +396,19 @@ impl LocalDir {
             .map_err(Blocked::into_error)
     }
 
+    /// The file of the stored key `key`; `None` for a key that would lead out of the store.
+    fn object_path(&self, bucket: &str, key: &str) -> Option<PathBuf> {
+        Some(self.root.join(bucket).join(key)).filter(|p| p.starts_with(&self.root))
+    }
+
     /// Whether the stored key `key` has a file (not a directory, not missing).
     async fn holds_file(&self, bucket: &str, key: &str) -> bool {
-        let path = self.root.join(bucket).join(key);
-        path.starts_with(&self.root)
-            && tokio::fs::symlink_metadata(&path)
-                .await
-                .is_ok_and(|m| m.is_file())
+        let Some(path) = self.object_path(bucket, key) else {
+            return false;
+        };
+        tokio::fs::symlink_metadata(&path)
+            .await
+            .is_ok_and(|m| m.is_file())
     }
 
     /// Checks an If-Match that s3s-fs ignores (a DeleteObject's, a copy's
@@ -431,8 +435,10 @@ impl LocalDir {
     /// Whether `key` names a directory of the store rather than an object (stored keys
     /// never end in `/`: folder markers are files, `local_keys.rs`).
     async fn names_directory(&self, bucket: &str, key: &str) -> bool {
-        let path = self.root.join(bucket).join(key);
-        path.starts_with(&self.root) && tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
+        let Some(path) = self.object_path(bucket, key) else {
+            return false;
+        };
+        tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir())
     }
 
     /// GetObject from the file, in 1 MiB reads; metadata from s3s-fs's sidecar.
@@ -473,12 +479,8 @@ impl LocalDir {
             }
         };
         let path = self
-            .root
-            .join(input.bucket.as_str())
-            .join(input.key.as_str());
-        if !path.starts_with(&self.root) {
-            return Err(s3_error!(NoSuchKey));
-        }
+            .object_path(&input.bucket, &input.key)
+            .ok_or_else(|| s3_error!(NoSuchKey))?;
         let mut file = tokio::fs::File::open(&path)
             .await
             .map_err(|_| s3_error!(NoSuchKey))?;

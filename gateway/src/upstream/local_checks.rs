@@ -89,8 +89,7 @@ impl Blocked {
 /// its path (`a` for `a/b`), or its path is a directory of other keys (`a` when `a/b` or
 /// `a/` exists). A write racing the check can still meet the filesystem's error.
 pub(super) async fn placeable(root: &Path, bucket: &str, key: &str) -> Result<(), Blocked> {
-    let top = root.join(bucket);
-    let mut at = top.clone();
+    let mut at = root.join(bucket);
     let segments: Vec<&str> = key.split('/').collect();
     for (i, segment) in segments.iter().enumerate() {
         at.push(segment);

@@ -54,6 +54,11 @@ pub(super) fn store_key(slot: &mut String) -> S3Result<()> {
     Ok(())
 }
 
+/// As [`store_key`] for a read: a reserved key is never stored, so it is not there.
+pub(super) fn store_read_key(slot: &mut String) -> S3Result<()> {
+    store_key(slot).map_err(|_| s3_error!(NoSuchKey))
+}
+
 /// Turns a stored key in an answer back into the client's.
 pub(super) fn client_key(slot: &mut Option<String>) {
     if let Some(k) = slot {
