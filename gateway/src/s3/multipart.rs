@@ -155,13 +155,21 @@ fn part_plaintext_len(number: u32, stored: i64) -> S3Result<u64> {
     }
 }
 
+/// A part of an upstream upload, as ListParts reports it.
+struct StoredPart {
+    number: u32,
+    size: i64,
+    /// None where the upstream lists no part ETags (s3s-fs).
+    e_tag: Option<ETag>,
+}
+
 /// All parts of an upstream upload, with their stored sizes.
 async fn stored_parts(
     gw: &Gateway,
     bucket: &str,
     key: &str,
     upstream_id: &str,
-) -> S3Result<Vec<(u32, i64)>> {
+) -> S3Result<Vec<StoredPart>> {
     let mut parts = Vec::new();
     let mut marker = None;
     loop {
@@ -175,7 +183,11 @@ async fn stored_parts(
         let out = gw.upstream.s3().list_parts(request(input)).await?.output;
         for p in out.parts.unwrap_or_default() {
             if let (Some(n), Some(size)) = (p.part_number, p.size) {
-                parts.push((u32::try_from(n).unwrap_or(0), size));
+                parts.push(StoredPart {
+                    number: u32::try_from(n).unwrap_or(0),
+                    size,
+                    e_tag: p.e_tag,
+                });
             }
         }
         match (out.is_truncated, out.next_part_number_marker) {
@@ -201,18 +213,23 @@ fn is_regular(parts: &[PartInfo]) -> bool {
         && (parts.len() == 1 || (p > 0 && p.is_multiple_of(SEGMENT_SIZE as u64)))
 }
 
-/// The part numbers a Complete request lists, checked: part 1 first, ascending.
-fn chosen_parts(input: &CompleteMultipartUploadInput) -> S3Result<Vec<u32>> {
-    let chosen: Vec<u32> = input
+/// Checks the part numbers a Complete request lists: each part has one, part 1 first,
+/// ascending.
+fn check_part_order(input: &CompleteMultipartUploadInput) -> S3Result<()> {
+    let parts = input
         .multipart_upload
         .as_ref()
-        .and_then(|m| m.parts.as_ref())
-        .map(|ps| {
-            ps.iter()
-                .filter_map(|p| p.part_number.and_then(|n| u32::try_from(n).ok()))
-                .collect()
-        })
+        .and_then(|m| m.parts.as_deref())
         .unwrap_or_default();
+    let mut chosen = Vec::with_capacity(parts.len());
+    for p in parts {
+        let n = p
+            .part_number
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| s3_error!(InvalidPart, "every listed part needs its part number"))?;
+        chosen.push(n);
+    }
     if chosen.first() != Some(&1) {
         return Err(s3_error!(
             InvalidPart,
@@ -225,31 +242,59 @@ fn chosen_parts(input: &CompleteMultipartUploadInput) -> S3Result<Vec<u32>> {
             "parts must be listed in ascending order"
         ));
     }
-    Ok(chosen)
+    Ok(())
 }
 
-/// The plaintext layout of the chosen parts, from the stored part sizes.
+/// The plaintext layout of the parts a completion lists (`parts`, their ETags in upstream
+/// form), from the stored part sizes. Each listed part is pinned to the stored part whose
+/// size the layout takes (see [`pin`]).
 async fn completed_layout(
     gw: &Gateway,
     bucket: &str,
     key: &str,
     upstream_id: &str,
-    chosen: &[u32],
+    parts: &mut [CompletedPart],
 ) -> S3Result<Vec<PartInfo>> {
     let stored = stored_parts(gw, bucket, key, upstream_id).await?;
-    let mut layout = Vec::with_capacity(chosen.len());
-    for n in chosen {
-        let size = stored
+    let mut layout = Vec::with_capacity(parts.len());
+    for part in parts {
+        // check_part_order made sure every part has a number.
+        let Some(n) = part.part_number.and_then(|n| u32::try_from(n).ok()) else {
+            continue;
+        };
+        let found = stored
             .iter()
-            .find(|(m, _)| m == n)
-            .map(|(_, s)| *s)
+            .find(|s| s.number == n)
             .ok_or_else(|| s3_error!(InvalidPart, "part {n} was not uploaded"))?;
+        pin(part, n, found.e_tag.as_ref())?;
         layout.push(PartInfo {
-            number: *n,
-            len: part_plaintext_len(*n, size)?,
+            number: n,
+            len: part_plaintext_len(n, found.size)?,
         });
     }
     Ok(layout)
+}
+
+/// Ties a part a completion lists to the stored part the layout was computed from, where the
+/// upstream lists part ETags: an ETag the client gave must be that part's, and a part given
+/// without one is completed with it. A part uploaded again after the gateway's ListParts
+/// then makes the completion fail (here, or upstream, which checks part ETags) instead of
+/// completing an object whose layout describes the part it replaced.
+fn pin(part: &mut CompletedPart, number: u32, stored: Option<&ETag>) -> S3Result<()> {
+    let Some(stored) = stored else {
+        return Ok(());
+    };
+    match &part.e_tag {
+        Some(given) if given.value() != stored.value() => Err(s3_error!(
+            InvalidPart,
+            "part {number}'s ETag is not that of the part stored under its number"
+        )),
+        Some(_) => Ok(()),
+        None => {
+            part.e_tag = Some(stored.clone());
+            Ok(())
+        }
+    }
 }
 
 pub(super) async fn complete(
@@ -261,8 +306,26 @@ pub(super) async fn complete(
     let (upstream_id, secrets, cipher) =
         upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
-    let chosen = chosen_parts(&input)?;
-    let layout = completed_layout(gw, &bucket, &key, &upstream_id, &chosen).await?;
+    check_part_order(&input)?;
+    let parts = input
+        .multipart_upload
+        .as_mut()
+        .and_then(|m| m.parts.as_mut())
+        .map(Vec::as_mut_slice)
+        .unwrap_or_default();
+    for p in parts.iter_mut() {
+        // Part ETags were handed out in client form (etag.rs); the upstream wants its own.
+        p.e_tag = p
+            .e_tag
+            .take()
+            .map(|e| ETag::Strong(etag::to_upstream_value(e.value())));
+        p.checksum_crc32 = None;
+        p.checksum_crc32c = None;
+        p.checksum_crc64nvme = None;
+        p.checksum_sha1 = None;
+        p.checksum_sha256 = None;
+    }
+    let layout = completed_layout(gw, &bucket, &key, &upstream_id, parts).await?;
     // Check the layout before anything is completed upstream (SPEC 5.3 rules).
     Layout::table(&layout).map_err(|e| s3_error!(InvalidPart, "{e}"))?;
     // x-amz-mp-object-size names the plaintext total; the upstream would compare it with
@@ -274,24 +337,6 @@ pub(super) async fn complete(
                 InvalidRequest,
                 "x-amz-mp-object-size is {expected}, the parts hold {total} bytes"
             ));
-        }
-    }
-    if let Some(parts) = input
-        .multipart_upload
-        .as_mut()
-        .and_then(|m| m.parts.as_mut())
-    {
-        for p in parts {
-            // Part ETags were handed out in client form (etag.rs); the upstream wants its own.
-            p.e_tag = p
-                .e_tag
-                .take()
-                .map(|e| ETag::Strong(etag::to_upstream_value(e.value())));
-            p.checksum_crc32 = None;
-            p.checksum_crc32c = None;
-            p.checksum_crc64nvme = None;
-            p.checksum_sha1 = None;
-            p.checksum_sha256 = None;
         }
     }
     let up = CompleteMultipartUploadInput {
@@ -683,7 +728,73 @@ pub(super) async fn list_uploads(
 
 #[cfg(test)]
 mod tests {
-    use super::pieces;
+    use s3s::S3ErrorCode;
+    use s3s::dto::{CompleteMultipartUploadInput, CompletedMultipartUpload, CompletedPart, ETag};
+
+    use super::{check_part_order, pieces, pin};
+
+    fn part(number: i32, e_tag: Option<&str>) -> CompletedPart {
+        CompletedPart {
+            part_number: Some(number),
+            e_tag: e_tag.map(|e| ETag::Strong(e.into())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_listed_part_is_pinned_to_the_stored_part() {
+        let stored = ETag::Strong("aaa".into());
+        let mut given = part(2, Some("aaa"));
+        pin(&mut given, 2, Some(&stored)).unwrap();
+        assert_eq!(given.e_tag.unwrap().value(), "aaa");
+
+        // Uploaded again between the client's completion list and the gateway's ListParts.
+        let mut other = part(2, Some("bbb"));
+        let err = pin(&mut other, 2, Some(&stored)).unwrap_err();
+        assert_eq!(*err.code(), S3ErrorCode::InvalidPart);
+
+        // No ETag from the client: completed with the one the layout was taken from.
+        let mut bare = part(2, None);
+        pin(&mut bare, 2, Some(&stored)).unwrap();
+        assert_eq!(bare.e_tag.unwrap().value(), "aaa");
+
+        // An upstream that lists no part ETags (s3s-fs) leaves the part as it was.
+        let mut unlisted = part(2, None);
+        pin(&mut unlisted, 2, None).unwrap();
+        assert!(unlisted.e_tag.is_none());
+    }
+
+    #[test]
+    fn completions_list_numbered_parts_from_1_ascending() {
+        let check = |parts: Vec<CompletedPart>| {
+            check_part_order(&CompleteMultipartUploadInput {
+                multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
+                ..Default::default()
+            })
+            .map_err(|e| e.code().clone())
+        };
+        assert_eq!(check(vec![part(1, None), part(3, None)]), Ok(()));
+        assert_eq!(check(vec![part(2, None)]), Err(S3ErrorCode::InvalidPart));
+        assert_eq!(check(vec![]), Err(S3ErrorCode::InvalidPart));
+        assert_eq!(
+            check(vec![part(1, None), part(3, None), part(2, None)]),
+            Err(S3ErrorCode::InvalidPartOrder)
+        );
+        assert_eq!(
+            check(vec![part(1, None), part(1, None)]),
+            Err(S3ErrorCode::InvalidPartOrder)
+        );
+        let mut unnumbered = part(2, None);
+        unnumbered.part_number = None;
+        assert_eq!(
+            check(vec![part(1, None), unnumbered]),
+            Err(S3ErrorCode::InvalidPart)
+        );
+        assert_eq!(
+            check(vec![part(1, None), part(-2, None)]),
+            Err(S3ErrorCode::InvalidPart)
+        );
+    }
 
     #[test]
     fn pieces_cover_the_range_in_equal_bounded_parts() {
