@@ -407,36 +407,33 @@ pub(super) async fn head_object(
     let client_etag = etag::client_value_of(out.e_tag.as_ref());
     conditions.check(&client_etag, out.last_modified.as_ref())?;
     let stored = stored_len(out.content_length)?;
-    let (size, parts_count) = if let Some(n) = part {
+    // S3 answers a HEAD with a satisfiable Range or a part number as the GET would: 206,
+    // with the span's length and where it lies; part 1 of an empty object is the object.
+    let (size, parts_count, span) = if let Some(n) = part {
         let current = out.e_tag.as_ref().map(ETag::value);
         let located = locate_current(gw, &bucket, &key, out.version_id.as_deref(), current).await?;
-        let n = u32::try_from(n)
-            .map_err(|_| s3_error!(InvalidArgument, "partNumber must be positive"))?;
-        let (_, len) = located
-            .layout
-            .part_span(n)
-            .ok_or_else(|| invalid_part_number(located.layout.part_count()))?;
-        (
-            len,
-            Some(i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX)),
-        )
+        let size = located.size();
+        let count = i32::try_from(located.layout.part_count()).unwrap_or(i32::MAX);
+        if size == 0 && n == 1 {
+            (0, Some(1), None)
+        } else {
+            (size, Some(count), Some(span(size, None, part, &located)?))
+        }
     } else {
         let version = out.version_id.as_deref();
-        (
-            plaintext_size_of(gw, &bucket, &key, version, out.e_tag.as_ref(), stored)
-                .await?
-                .0,
-            None,
-        )
+        let size = plaintext_size_of(gw, &bucket, &key, version, out.e_tag.as_ref(), stored)
+            .await?
+            .0;
+        let span = input
+            .range
+            .as_ref()
+            .map(|r| range_span(size, r))
+            .transpose()?;
+        (size, None, span)
     };
     let metadata = open_metadata(gw, &bucket, &key, out.metadata.take())?;
-    // S3 answers a HEAD with a satisfiable Range as the GET would: 206, with the range's
-    // length and where it lies.
-    let (length, content_range) = match &input.range {
-        Some(r) => {
-            let (start, end) = range_span(size, r)?;
-            (end - start + 1, Some(format!("bytes {start}-{end}/{size}")))
-        }
+    let (length, content_range) = match span {
+        Some((start, end)) => (end - start + 1, Some(format!("bytes {start}-{end}/{size}"))),
         None => (size, None),
     };
     let partial = content_range.is_some();

@@ -190,6 +190,23 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
         p2.body.collect().await.unwrap().into_bytes().to_vec(),
         parts[1]
     );
+    // Regression: a HEAD by part number answered 200 with the part's length and no
+    // Content-Range, from which clients (boto3 callers, transfer managers) read the size.
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("irr")
+        .part_number(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(parts[1].len() as i64));
+    assert_eq!(
+        head.content_range(),
+        Some(format!("bytes 5300000-10700099/{}", whole.len()).as_str())
+    );
+    assert_eq!(head.parts_count(), Some(3));
 }
 
 /// Two gateway processes sharing a key file and an upstream serve one upload, part by
