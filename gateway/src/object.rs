@@ -7,7 +7,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use futures::StreamExt as _;
 use kura_keys::format::HEADER_SIZE;
-use kura_keys::{Header, Layout, ObjectName, ObjectSecrets, PayloadKey, SizeInfo, VerifiedHeader};
+use kura_keys::{
+    Cipher, Header, Layout, ObjectName, ObjectSecrets, PayloadKey, SizeInfo, VerifiedHeader,
+};
 use s3s::dto::{GetObjectInput, Metadata, Range, StreamingBlob, Timestamp};
 use s3s::{S3Error, S3Result, s3_error};
 
@@ -143,10 +145,12 @@ impl Located {
 }
 
 /// Seals user metadata for an object with `secrets`, adding the header copy that lets a
-/// HEAD open it without reading the body.
+/// HEAD open it without reading the body. `cipher` must be the one `header` names: readers
+/// open the metadata with the header copy's cipher, and a copy keeps its source's cipher
+/// whatever the gateway now seals new objects with.
 pub(crate) fn seal_metadata(
-    gw: &Gateway,
     secrets: &ObjectSecrets,
+    cipher: Cipher,
     header: &[u8; HEADER_SIZE],
     user: Option<Metadata>,
 ) -> S3Result<Metadata> {
@@ -158,7 +162,7 @@ pub(crate) fn seal_metadata(
         .collect();
     if !pairs.is_empty() {
         let sealed = secrets
-            .seal_metadata(gw.cipher, &pairs)
+            .seal_metadata(cipher, &pairs)
             .map_err(|e| s3_error!(InvalidArgument, "metadata: {e}"))?;
         out.insert(META_SEALED.into(), sealed);
     }

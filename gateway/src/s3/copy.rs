@@ -112,7 +112,7 @@ pub(super) async fn copy_object(
         .header(&gw.keyring, &dst_name, cipher, 0)
         .map_err(|e| keys_error(&e))?;
     let metadata = if replace {
-        seal_metadata(gw, secrets, &meta_header, input.metadata.take())?
+        seal_metadata(secrets, cipher, &meta_header, input.metadata.take())?
     } else {
         // The sealed metadata is bound to the data key, which a copy keeps: only the header
         // copy that opens it is re-wrapped for the new name.

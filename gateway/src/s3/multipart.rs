@@ -42,7 +42,7 @@ pub(super) async fn create(
     let meta_header = secrets
         .header(&gw.keyring, &name, gw.cipher, 0)
         .map_err(|e| keys_error(&e))?;
-    let metadata = seal_metadata(gw, &secrets, &meta_header, input.metadata.take())?;
+    let metadata = seal_metadata(&secrets, gw.cipher, &meta_header, input.metadata.take())?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let up = CreateMultipartUploadInput {
         metadata: Some(metadata),

@@ -174,7 +174,7 @@ pub(super) async fn put_object(
     let payload = Arc::new(secrets.payload_key(gw.cipher));
     let sealer = PartSealer::new(&payload, 1, Some(header)).map_err(|e| keys_error(&e))?;
     let (blob, len, failure) = seal_body(input.body.take(), sealer, expect, true)?;
-    let metadata = seal_metadata(gw, &secrets, &header, input.metadata.take())?;
+    let metadata = seal_metadata(&secrets, gw.cipher, &header, input.metadata.take())?;
     let up = PutObjectInput {
         body: Some(blob),
         content_length: Some(i64::try_from(len).map_err(|_| s3_error!(EntityTooLarge))?),

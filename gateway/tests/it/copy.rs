@@ -95,6 +95,46 @@ async fn copy_with_replaced_metadata() {
     assert_eq!(env.get("a").await, b"hello");
 }
 
+/// Regression: a copy with replaced metadata sealed the metadata with the cipher the
+/// gateway seals new objects with, and its header copy with the source's; once the two
+/// differed (a cipher change in the configuration), every HEAD and GET of the copy was 500.
+#[tokio::test(flavor = "multi_thread")]
+async fn replaced_metadata_of_an_object_under_another_cipher_opens() {
+    let env = Env::start().await;
+    env.put("aes", b"written under AES-256-GCM").await;
+    let mut config = crate::harness::gateway_config(&env.upstream, env.keyring.clone());
+    config.cipher = kura_keys::Cipher::ChaCha20Poly1305;
+    let chacha = kura_gateway::server::start(config).await.unwrap();
+    let client = crate::harness::client(chacha.addr, crate::harness::AK, crate::harness::SK);
+    client
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/aes"))
+        .metadata_directive(MetadataDirective::Replace)
+        .metadata("k", "v")
+        .send()
+        .await
+        .unwrap();
+    for c in [&client, &env.client] {
+        let head = c
+            .head_object()
+            .bucket(BUCKET)
+            .key("copy")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            head.metadata().unwrap().get("k").map(String::as_str),
+            Some("v")
+        );
+        assert_eq!(
+            crate::harness::get(c, "copy").await,
+            b"written under AES-256-GCM"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn large_copy_moves_the_body_server_side() {
     let env = Env::start().await;
