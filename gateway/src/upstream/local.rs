@@ -26,6 +26,8 @@
 //! - Folder markers (`dir/`), which s3s-fs keeps as bare directories that can hold no
 //!   body, are files inside their directory (`local_keys.rs`): every call's keys are turned
 //!   into the stored form first, and every answer's back.
+//! - s3s-fs syncs nothing it writes; what it wrote for a write is synced before the
+//!   answer (`local_put::sync_written`, `local_put::sync_part`).
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
 
@@ -41,6 +43,7 @@ use super::local_checks::{
     Blocked, completable, placeable, remove_empty_parents, remove_empty_tree, storable_key,
 };
 use super::local_keys::{client_key, store_key, store_read_key};
+use super::local_put::{sync_part, sync_written};
 use super::request;
 
 const READ_CHUNK: usize = 1 << 20;
@@ -95,9 +98,12 @@ macro_rules! store {
                 if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
                     return super::local_put::put(&self.root, (&self.locks, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
                 }
-                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                let _key = self.locks.lock(&bucket, &key).await;
                 let _dirs = self.dirs.read().await;
-                self.fs.put_object(req).await
+                let out = self.fs.put_object(req).await?;
+                sync_written(&self.root, &bucket, &key).await?;
+                Ok(out)
             }
 
             async fn get_object(&self, mut req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
@@ -150,7 +156,10 @@ macro_rules! store {
                 let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 let _dirs = self.dirs.read().await;
-                self.fs.copy_object(req).await
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                let out = self.fs.copy_object(req).await?;
+                sync_written(&self.root, &bucket, &key).await?;
+                Ok(out)
             }
 
             async fn upload_part_copy(&self, mut req: S3Request<UploadPartCopyInput>) -> S3Result<S3Response<UploadPartCopyOutput>> {
@@ -159,7 +168,10 @@ macro_rules! store {
                 let source = copy_source(&req.input.copy_source)?;
                 let _key = self.locks.lock(source.0, source.1).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
-                self.fs.upload_part_copy(req).await
+                let (id, part) = (req.input.upload_id.clone(), req.input.part_number);
+                let out = self.fs.upload_part_copy(req).await?;
+                sync_part(&self.root, &id, part).await?;
+                Ok(out)
             }
 
             async fn create_multipart_upload(&self, mut req: S3Request<CreateMultipartUploadInput>) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
@@ -177,7 +189,10 @@ macro_rules! store {
                 self.clear_way(&req.input.bucket, &req.input.key).await?;
                 let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
                 let _dirs = self.dirs.read().await;
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
                 let mut out = self.fs.complete_multipart_upload(req).await?;
+                // s3s-fs has written the object by now; `future` only carries the answer.
+                sync_written(&self.root, &bucket, &key).await?;
                 client_key(&mut out.output.key);
                 // s3s-fs answers through `future` (for keep-alive bytes), key included.
                 if let Some(answer) = out.output.future.take() {
@@ -192,7 +207,10 @@ macro_rules! store {
 
             async fn upload_part(&self, mut req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
                 store_key(&mut req.input.key)?;
-                self.fs.upload_part(req).await
+                let (id, part) = (req.input.upload_id.clone(), req.input.part_number);
+                let out = self.fs.upload_part(req).await?;
+                sync_part(&self.root, &id, part).await?;
+                Ok(out)
             }
 
             async fn abort_multipart_upload(&self, mut req: S3Request<AbortMultipartUploadInput>) -> S3Result<S3Response<AbortMultipartUploadOutput>> {

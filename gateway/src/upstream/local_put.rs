@@ -12,7 +12,9 @@
 //!
 //! A stored object is durable before the 200 (its body, sidecars and directories are
 //! synced), a body that is broken off leaves no temporary file, and the final renames run
-//! to the end even if the client goes away meanwhile.
+//! to the end even if the client goes away meanwhile. What s3s-fs writes for the other
+//! writes (completions, copies, parts, PutObjects with a Content-MD5) is synced here too
+//! ([`sync_written`], [`sync_part`]) before their 200.
 //!
 //! The layout is s3s-fs 0.14.1's (`fs.rs`: `get_object_path`, `get_metadata_path`,
 //! `get_internal_info_path`), which is why `Cargo.toml` pins that exact version.
@@ -326,16 +328,49 @@ impl Placing {
             }
         }
         self.body.0 = None;
-        // The renames are durable once their directories are: the root (the sidecars),
-        // and every directory from the object's up to the root, any of which
-        // `create_dir_all` may have made.
-        let mut dir = self.object.parent();
-        while let Some(d) = dir.filter(|d| d.starts_with(&self.root)) {
-            tokio::fs::File::open(d).await?.sync_all().await?;
-            dir = d.parent();
-        }
-        Ok(())
+        sync_dirs(&self.root, &self.object).await
     }
+}
+
+/// Makes the renames that put `path` (under `root`) and the sidecars in place durable:
+/// syncs every directory from `path`'s up to the root (the sidecars' directory), any of
+/// which `create_dir_all` may have made.
+async fn sync_dirs(root: &Path, path: &Path) -> std::io::Result<()> {
+    let mut dir = path.parent();
+    while let Some(d) = dir.filter(|d| d.starts_with(root)) {
+        tokio::fs::File::open(d).await?.sync_all().await?;
+        dir = d.parent();
+    }
+    Ok(())
+}
+
+/// Makes an object that s3s-fs wrote (a completion, a copy, a PutObject with a
+/// Content-MD5) durable before its 200 is sent, as [`put`] does for its own: s3s-fs
+/// renames its files into place without syncing anything, and its completion has deleted
+/// the parts by then, so a crash could lose an object the client was told is stored.
+pub(super) async fn sync_written(root: &Path, bucket: &str, key: &str) -> S3Result<()> {
+    let object = root.join(bucket).join(key);
+    sync_file(&object).await.map_err(internal)?;
+    for what in ["metadata", "internal"] {
+        // s3s-fs writes the attributes sidecar only for objects that have attributes.
+        match sync_file(&sidecar(root, bucket, key, what)).await {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => r.map_err(internal)?,
+        }
+    }
+    sync_dirs(root, &object).await.map_err(internal)
+}
+
+/// Makes a part that s3s-fs stored durable before its 200: the completion reads it back.
+pub(super) async fn sync_part(root: &Path, upload_id: &str, part: i32) -> S3Result<()> {
+    // s3s-fs 0.14.1's `resolve_upload_part_path`.
+    let path = root.join(format!(".upload_id-{upload_id}.part-{part}"));
+    sync_file(&path).await.map_err(internal)?;
+    sync_dirs(root, &path).await.map_err(internal)
+}
+
+async fn sync_file(path: &Path) -> std::io::Result<()> {
+    tokio::fs::File::open(path).await?.sync_all().await
 }
 
 /// 128 random bits in hex: unique per write, like an MD5 in shape only.
