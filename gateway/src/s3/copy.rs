@@ -23,9 +23,8 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use super::get::{Conditions, client_etag_of, stored_len};
 use super::lock;
-use super::multipart::{
-    CopyFrom, abort_on_error, complete_own, copy_parts, create_like, create_own,
-};
+use super::multipart::{CopyFrom, complete_own, copy_parts, create_like};
+use super::own_upload::OwnUpload;
 use crate::body;
 use crate::gateway::Gateway;
 use crate::object::{
@@ -211,7 +210,8 @@ async fn store_copy(
         return Ok((out.e_tag, out.version_id));
     }
     let (bucket, key) = (put.bucket.as_str(), put.key.as_str());
-    let id = create_own(gw, create_like(&put)).await?;
+    let upload = OwnUpload::start(gw, create_like(&put)).await?;
+    let id = upload.id();
     let result = async {
         let (content_md5, body) = if locked {
             // Object Lock wants the MD5 of what is stored (lock.rs): one bounded buffer.
@@ -223,7 +223,7 @@ async fn store_copy(
         let part = UploadPartInput {
             bucket: bucket.into(),
             key: key.into(),
-            upload_id: id.clone(),
+            upload_id: id.into(),
             part_number: 1,
             content_md5,
             content_length: Some(i64::try_from(through).unwrap_or(i64::MAX)),
@@ -236,12 +236,12 @@ async fn store_copy(
             part_number: Some(1),
             ..Default::default()
         }];
-        parts.extend(copy_parts(gw, (bucket, key, &id), from, through..total, 2).await?);
-        let out = complete_own(gw, (bucket, key, &id), parts, (None, None)).await?;
+        parts.extend(copy_parts(gw, (bucket, key, id), from, through..total, 2).await?);
+        let out = complete_own(gw, (bucket, key, id), parts, (None, None)).await?;
         Ok((out.e_tag, out.version_id))
     }
     .await;
-    abort_on_error(gw, bucket, key, &id, result).await
+    upload.finish(result).await
 }
 
 fn parse_copy_range(r: &str) -> S3Result<(u64, u64)> {

@@ -90,7 +90,8 @@ pub(super) async fn put_locked(
     // The client's conditions hold for the write as a whole: the completion carries them.
     let conditions = (template.if_match.clone(), template.if_none_match.clone());
     let (bucket, key) = (template.bucket, template.key);
-    let id = super::multipart::create_own(gw, create).await?;
+    let upload = super::own_upload::OwnUpload::start(gw, create).await?;
+    let id = upload.id();
     let result = async {
         let mut parts = Vec::new();
         let mut number = 1;
@@ -98,7 +99,7 @@ pub(super) async fn put_locked(
             let part = UploadPartInput {
                 bucket: bucket.clone(),
                 key: key.clone(),
-                upload_id: id.clone(),
+                upload_id: id.into(),
                 part_number: number,
                 content_md5: Some(md5_b64(&body)),
                 content_length: Some(i64::try_from(body.len()).unwrap_or(i64::MAX)),
@@ -114,7 +115,7 @@ pub(super) async fn put_locked(
             number += 1;
         }
         let out =
-            super::multipart::complete_own(gw, (&bucket, &key, &id), parts, conditions).await?;
+            super::multipart::complete_own(gw, (&bucket, &key, id), parts, conditions).await?;
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,
@@ -122,5 +123,5 @@ pub(super) async fn put_locked(
         })
     }
     .await;
-    super::multipart::abort_on_error(gw, &bucket, &key, &id, result).await
+    upload.finish(result).await
 }

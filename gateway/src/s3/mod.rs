@@ -13,6 +13,7 @@ mod get;
 mod list;
 mod lock;
 mod multipart;
+mod own_upload;
 mod put;
 
 use s3s::dto::*;

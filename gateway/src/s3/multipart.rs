@@ -16,6 +16,7 @@ use kura_keys::{Layout, ObjectName, PartInfo, PartSealer, PayloadKey, SizeInfo};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
+use super::own_upload::OwnUpload;
 use super::put::{client_expectations, seal_body, strip_aws_chunked};
 use crate::gateway::Gateway;
 use crate::object::{check_key, forget, keys_error, seal_metadata};
@@ -467,7 +468,8 @@ async fn append_trailer(
         object_lock_legal_hold_status: head.object_lock_legal_hold_status,
         ..Default::default()
     };
-    let id = create_own(gw, create).await?;
+    let upload = OwnUpload::start(gw, create).await?;
+    let id = upload.id();
     let result = async {
         // Only the object this upload completed, never a later write.
         let from = CopyFrom {
@@ -476,14 +478,14 @@ async fn append_trailer(
             version: source_version.as_deref(),
             etag: source_etag,
         };
-        let mut completed = copy_parts(gw, (bucket, key, &id), &from, 0..body_len, 1).await?;
+        let mut completed = copy_parts(gw, (bucket, key, id), &from, 0..body_len, 1).await?;
         let number = i32::try_from(completed.len() + 1)
             .map_err(|_| s3_error!(InternalError, "too many parts"))?;
         let len = trailer.len();
         let part = UploadPartInput {
             bucket: bucket.into(),
             key: key.into(),
-            upload_id: id.clone(),
+            upload_id: id.into(),
             part_number: number,
             content_length: Some(i64::try_from(len).unwrap_or(i64::MAX)),
             body: Some(StreamingBlob::from(s3s::Body::from(bytes::Bytes::from(
@@ -497,28 +499,14 @@ async fn append_trailer(
             part_number: Some(number),
             ..Default::default()
         });
-        let out = complete_own(gw, (bucket, key, &id), completed, (None, None)).await?;
+        let out = complete_own(gw, (bucket, key, id), completed, (None, None)).await?;
         let etag = out
             .e_tag
             .ok_or_else(|| s3_error!(InternalError, "no ETag"))?;
         Ok((etag, out.version_id))
     }
     .await;
-    abort_on_error(gw, bucket, key, &id, result).await
-}
-
-/// Starts an upload of the gateway's own (not a client's) upstream; returns its ID.
-pub(super) async fn create_own(
-    gw: &Gateway,
-    create: CreateMultipartUploadInput,
-) -> S3Result<String> {
-    gw.upstream
-        .s3()
-        .create_multipart_upload(request(create))
-        .await?
-        .output
-        .upload_id
-        .ok_or_else(|| s3_error!(InternalError, "no upload ID"))
+    upload.finish(result).await
 }
 
 /// Completes the gateway's own upstream upload `id` of `(bucket, key)` with `parts`, under
@@ -643,31 +631,6 @@ pub(super) fn create_like(put: &PutObjectInput) -> CreateMultipartUploadInput {
         object_lock_legal_hold_status: put.object_lock_legal_hold_status.clone(),
         ..Default::default()
     }
-}
-
-/// Passes `result` on; when it is an error, first aborts the gateway's own upstream upload
-/// `id` so that no parts are left behind.
-pub(super) async fn abort_on_error<T>(
-    gw: &Gateway,
-    bucket: &str,
-    key: &str,
-    id: &str,
-    result: S3Result<T>,
-) -> S3Result<T> {
-    if result.is_err() {
-        let abort = AbortMultipartUploadInput {
-            bucket: bucket.into(),
-            key: key.into(),
-            upload_id: id.into(),
-            ..Default::default()
-        };
-        let _ = gw
-            .upstream
-            .s3()
-            .abort_multipart_upload(request(abort))
-            .await;
-    }
-    result
 }
 
 pub(super) async fn abort(

@@ -725,6 +725,75 @@ async fn a_slow_upstream_completion_keeps_the_client_waiting() {
     assert!(get(&client, "r").await == body);
 }
 
+fn is_second_part_of_copy(p: &str) -> bool {
+    p.starts_with("/bucket/copy?") && p.contains("partNumber=2")
+}
+
+/// The uploads the upstream (s3s-fs) holds open: one `.upload_id-<id>` file each, and one
+/// per part stored.
+fn open_upload_files(upstream: &crate::harness::Upstream) -> usize {
+    std::fs::read_dir(upstream.dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".upload_id-")
+        })
+        .count()
+}
+
+/// Regression: a large CopyObject runs as an upload of the gateway's own, which it aborted
+/// only when the copy failed; a client that gave up meanwhile (aws-cli's read timeout is
+/// 60 s, and the pieces are copied without keep-alive bytes) left it open upstream, with
+/// every part copied so far.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_the_client_gives_up_on_leaves_no_upload_open() {
+    let (upstream, proxy, _gateway, client) = env().await;
+    // Above the 8 MiB the gateway re-seals itself: the rest is copied server-side.
+    put(&client, "source", &data(9 << 20, 36)).await;
+    proxy.fail_next(
+        Method::PUT,
+        is_second_part_of_copy,
+        1,
+        Fault::Delay(Duration::from_secs(30)),
+    );
+    let impatient = aws_sdk_s3::Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(Duration::from_secs(2))
+                    .build(),
+            )
+            .build(),
+    );
+    let copy = impatient
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/source"))
+        .send()
+        .await;
+    assert!(copy.is_err(), "the client gave up");
+    assert!(
+        open_upload_files(&upstream) > 0,
+        "the copy's upload was open when the client left"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_upload_files(&upstream) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway left its upload open upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let head = client.head_object().bucket(BUCKET).key("copy").send().await;
+    assert_eq!(status(&head.unwrap_err()), Some(404), "no copy was made");
+}
+
 fn is_list_buckets(p: &str) -> bool {
     p == "/" || p.starts_with("/?")
 }
