@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http_body_util::combinators::BoxBody;
@@ -697,16 +698,9 @@ async fn a_slow_upstream_completion_keeps_the_client_waiting() {
         Fault::Delay(Duration::from_secs(20)),
     );
     // A client that gives up when no byte arrives for 15 s.
-    let impatient = aws_sdk_s3::Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .timeout_config(
-                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
-                    .read_timeout(Duration::from_secs(15))
-                    .build(),
-            )
-            .build(),
+    let impatient = with_timeouts(
+        &client,
+        TimeoutConfig::builder().read_timeout(Duration::from_secs(15)),
     );
     let out = impatient
         .complete_multipart_upload()
@@ -723,6 +717,15 @@ async fn a_slow_upstream_completion_keeps_the_client_waiting() {
         .unwrap();
     assert!(out.e_tag().is_some());
     assert!(get(&client, "r").await == body);
+}
+
+/// `client` with the time limits `timeouts`.
+fn with_timeouts(
+    client: &aws_sdk_s3::Client,
+    timeouts: aws_sdk_s3::config::timeout::TimeoutConfigBuilder,
+) -> aws_sdk_s3::Client {
+    let conf = client.config().to_builder();
+    aws_sdk_s3::Client::from_conf(conf.timeout_config(timeouts.build()).build())
 }
 
 fn is_second_part_of_copy(p: &str) -> bool {
@@ -759,16 +762,9 @@ async fn a_copy_the_client_gives_up_on_leaves_no_upload_open() {
         1,
         Fault::Delay(Duration::from_secs(30)),
     );
-    let impatient = aws_sdk_s3::Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .timeout_config(
-                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(Duration::from_secs(2))
-                    .build(),
-            )
-            .build(),
+    let impatient = with_timeouts(
+        &client,
+        TimeoutConfig::builder().operation_timeout(Duration::from_secs(2)),
     );
     let copy = impatient
         .copy_object()
