@@ -343,8 +343,10 @@ pub(crate) async fn unlocate(gw: &Gateway, bucket: &str, key: &str, version_id: 
         .await;
 }
 
-/// [`locate`], but a cached entry counts only if its upstream ETag is `etag` (when given):
-/// another replica, or a writer going straight to the upstream, may have replaced the object.
+/// [`locate`] of the object whose upstream ETag is `etag` (when given): a cached entry
+/// counts only if it is that object's, and the reads are pinned to it (another replica, or
+/// a writer going straight to the upstream, may have replaced the object). An object
+/// replaced since the caller saw `etag` is 503 SlowDown, which clients retry.
 pub(crate) async fn locate_current(
     gw: &Gateway,
     bucket: &str,
@@ -352,7 +354,17 @@ pub(crate) async fn locate_current(
     version_id: Option<&str>,
     etag: Option<&str>,
 ) -> S3Result<Arc<Located>> {
-    Ok(try_locate(gw, bucket, key, version_id, etag).await?)
+    match try_locate(gw, bucket, key, version_id, etag).await {
+        Err(LocateError::Upstream(e))
+            if etag.is_some() && *e.code() == s3s::S3ErrorCode::PreconditionFailed =>
+        {
+            Err(s3_error!(
+                SlowDown,
+                "the object changed while it was being read; try again"
+            ))
+        }
+        r => Ok(r?),
+    }
 }
 
 /// Why [`try_locate`] has no object to give.
@@ -394,7 +406,9 @@ pub(crate) async fn try_locate(
         }
         gw.located.invalidate(&cache_key).await;
     }
-    let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, None)
+    // Pinned to the object the caller saw, when it names one: sizes and ETags must not
+    // come from two different objects.
+    let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, etag)
         .await
         .map_err(Upstream)?;
     let ciphertext_len = total_from_content_range(head.content_range.as_deref())

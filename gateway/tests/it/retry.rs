@@ -251,7 +251,19 @@ async fn env_with_timeout(
     kura_gateway::server::Running,
     aws_sdk_s3::Client,
 ) {
-    let upstream = start_upstream().await;
+    env_over(start_upstream().await, limit).await
+}
+
+/// [`env_with_timeout`] in front of `upstream`.
+async fn env_over(
+    upstream: crate::harness::Upstream,
+    limit: Duration,
+) -> (
+    crate::harness::Upstream,
+    MockFaultProxy,
+    kura_gateway::server::Running,
+    aws_sdk_s3::Client,
+) {
     let proxy = MockFaultProxy::start(upstream.addr).await;
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
     let mut config = gateway_config(&upstream, keyring);
@@ -788,6 +800,48 @@ async fn a_copy_the_client_gives_up_on_leaves_no_upload_open() {
     }
     let head = client.head_object().bucket(BUCKET).key("copy").send().await;
     assert_eq!(status(&head.unwrap_err()), Some(404), "no copy was made");
+}
+
+fn is_irr(p: &str) -> bool {
+    p == "/bucket/irr" || p.starts_with("/bucket/irr?")
+}
+
+/// Regression: the read of an object's header (and so its size) was not pinned to the ETag
+/// the gateway had just seen, so an object replaced in between answered a HEAD with the old
+/// object's ETag and the new one's size. The upstream here is the embedded store, which
+/// holds reads to their If-Match (s3s-fs ignores it).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_object_replaced_while_its_size_is_read_is_not_mixed_with_its_successor() {
+    let limit = kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT;
+    let (_upstream, proxy, _gateway, client) =
+        env_over(crate::harness::start_local_upstream().await, limit).await;
+    // Irregular parts: the size is in the trailer, read with the header on a HEAD.
+    let parts = [data(5_300_000, 37), data(100, 38)];
+    let old = crate::multipart::put_in_parts(&client, "irr", &parts).await;
+    // The completion left nothing in the gateway's cache, so the HEAD reads the header
+    // upstream; that read is held back while another writer replaces the object.
+    let other = client.clone();
+    proxy.fail_next(Method::GET, is_irr, 1, Fault::Delay(Duration::from_secs(2)));
+    let head =
+        tokio::spawn(async move { other.head_object().bucket(BUCKET).key("irr").send().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let new = put(&client, "irr", b"the successor").await;
+    let err = head.await.unwrap().unwrap_err();
+    assert_eq!(
+        status(&err),
+        Some(503),
+        "changed while read: SlowDown, retried by clients"
+    );
+    let head = client
+        .head_object()
+        .bucket(BUCKET)
+        .key("irr")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.e_tag(), new.e_tag());
+    assert_ne!(head.e_tag(), Some(old.as_str()));
+    assert_eq!(head.content_length(), Some(13));
 }
 
 fn is_list_buckets(p: &str) -> bool {
