@@ -231,39 +231,28 @@ impl MockFaultProxy {
     }
 }
 
-/// A gateway whose upstream is s3s-fs behind a [`MockFaultProxy`], and a client of it that
-/// does not retry by itself (so that every retry seen is the gateway's).
-async fn env() -> (
+/// The upstream, the fault proxy in front of it, a gateway in front of that, and a client
+/// of the gateway.
+type ProxiedEnv = (
     crate::harness::Upstream,
     MockFaultProxy,
     kura_gateway::server::Running,
     aws_sdk_s3::Client,
-) {
+);
+
+/// A gateway whose upstream is s3s-fs behind a [`MockFaultProxy`], and a client of it that
+/// does not retry by itself (so that every retry seen is the gateway's).
+async fn env() -> ProxiedEnv {
     env_with_timeout(kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT).await
 }
 
 /// [`env`] with `limit` on each attempt of the upstream calls that have one.
-async fn env_with_timeout(
-    limit: Duration,
-) -> (
-    crate::harness::Upstream,
-    MockFaultProxy,
-    kura_gateway::server::Running,
-    aws_sdk_s3::Client,
-) {
+async fn env_with_timeout(limit: Duration) -> ProxiedEnv {
     env_over(start_upstream().await, limit).await
 }
 
 /// [`env_with_timeout`] in front of `upstream`.
-async fn env_over(
-    upstream: crate::harness::Upstream,
-    limit: Duration,
-) -> (
-    crate::harness::Upstream,
-    MockFaultProxy,
-    kura_gateway::server::Running,
-    aws_sdk_s3::Client,
-) {
+async fn env_over(upstream: crate::harness::Upstream, limit: Duration) -> ProxiedEnv {
     let proxy = MockFaultProxy::start(upstream.addr).await;
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
     let mut config = gateway_config(&upstream, keyring);
