@@ -55,6 +55,8 @@ pub struct BodyOpener {
     gaps: bool,
     /// Whether the body has a trailer, when the caller knows (from its size).
     trailer_expected: Option<bool>,
+    /// The parts the body must hold, when the caller has read its trailer already.
+    parts_expected: Option<Vec<PartInfo>>,
     consumed: u64,
 }
 
@@ -87,6 +89,17 @@ impl BodyOpener {
         self
     }
 
+    /// Tells the opener the parts the body holds, from its trailer read beforehand (a range
+    /// read's [`crate::Layout`]), so that a part that is not the next one listed, or longer
+    /// or shorter than listed, fails before its plaintext is emitted instead of when the
+    /// trailer at the end is compared (SPEC 5.2 allows either). Implies a trailer.
+    #[must_use]
+    pub fn expect_parts(mut self, parts: Vec<PartInfo>) -> Self {
+        self.trailer_expected = Some(true);
+        self.parts_expected = Some(parts);
+        self
+    }
+
     fn with_stage(stage: Stage, consumed: u64) -> Self {
         Self {
             stage,
@@ -96,6 +109,7 @@ impl BodyOpener {
             need: None,
             gaps: false,
             trailer_expected: None,
+            parts_expected: None,
             consumed,
         }
     }
@@ -187,6 +201,13 @@ impl BodyOpener {
                 if self.parts.last().is_some_and(|p| p.len == 0) {
                     return Err(Error::Malformed("an empty part that is not the last"));
                 }
+                if self
+                    .parts_expected
+                    .as_ref()
+                    .is_some_and(|t| t.get(self.parts.len()).map(|p| p.number) != Some(part))
+                {
+                    return Err(expected.tampered());
+                }
                 let Stage::Segments { key } = &self.stage else {
                     return Err(Error::Malformed("segment outside the segment stage"));
                 };
@@ -213,6 +234,18 @@ impl BodyOpener {
             index: cur.index,
             last,
         };
+        // Checked before the segment opens: its plaintext must not go out if the part's
+        // length disagrees with the table the caller read.
+        if let Some(want) = self
+            .parts_expected
+            .as_ref()
+            .and_then(|t| t.get(self.parts.len()))
+        {
+            let through = cur.len + len as u64;
+            if through > want.len || (last && through != want.len) {
+                return Err(id.tampered());
+            }
+        }
         let (head, sealed) = unit.split_at(SEGMENT_PREFIX_SIZE);
         // Decrypted straight from the input into `out`: no copy of the ciphertext first.
         if cur.key.open_append(id.nonce(), head, sealed, out).is_err() {

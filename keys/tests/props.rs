@@ -376,3 +376,64 @@ fn aligned_unequal_parts_without_trailer_are_walked() {
         .unwrap();
     assert_eq!(out, &d[2 * SEG - 1..=3 * SEG + 1]);
 }
+
+/// A whole-body read told the parts beforehand (the gateway reads the trailer first) stops
+/// at the first part that is not the next one listed, or not of its listed length, before
+/// any of that part's plaintext is out; without the table the mismatch shows only at the
+/// trailer, after the misplaced part's plaintext.
+#[test]
+fn a_body_unlike_the_parts_expected_stops_before_the_first_difference() {
+    use kura_keys::PartInfo;
+    let kr = Arc::new(keyring());
+    let (a, b, c) = (
+        plaintext(SEG + 100, 11),
+        plaintext(5_000, 12),
+        // As long as part 2: only its number tells it from part 2.
+        plaintext(5_000, 13),
+    );
+    let listed = |parts: &[(u32, &Vec<u8>)]| -> Vec<PartInfo> {
+        parts
+            .iter()
+            .map(|(number, d)| PartInfo {
+                number: *number,
+                len: d.len() as u64,
+            })
+            .collect()
+    };
+    let expected = listed(&[(1, &a), (2, &b), (3, &c)]);
+    let short_b = plaintext(4_000, 12);
+    for (why, held) in [
+        ("part 2 left out", vec![(1, &a[..]), (3, &c[..])]),
+        (
+            "part 2 shorter",
+            vec![(1, &a[..]), (2, &short_b[..]), (3, &c[..])],
+        ),
+    ] {
+        let body = seal_multipart(&kr, "b", "k", Cipher::Aes256Gcm, &held, true);
+        let mut out = kura_keys::Output::new();
+        let mut told =
+            BodyOpener::new(kr.clone(), "b".into(), "k".into()).expect_parts(expected.clone());
+        let err = told.update(&body, &mut out).unwrap_err();
+        assert_eq!(err.class(), "tampered-segment", "{why}");
+        assert_eq!(&out[..], &a[..], "{why}: only part 1 went out");
+        // Not told: the walk emits the later part and fails only at the trailer.
+        let mut out = kura_keys::Output::new();
+        let mut walk = BodyOpener::new(kr.clone(), "b".into(), "k".into());
+        walk.update(&body, &mut out).unwrap();
+        assert!(out.len() > a.len(), "{why}");
+    }
+    let whole = [a.clone(), b.clone(), c.clone()].concat();
+    let body = seal_multipart(
+        &kr,
+        "b",
+        "k",
+        Cipher::Aes256Gcm,
+        &[(1, &a), (2, &b), (3, &c)],
+        true,
+    );
+    let opened = BodyOpener::new(kr, "b".into(), "k".into())
+        .expect_parts(expected)
+        .run(&body)
+        .unwrap();
+    assert_eq!(opened, whole);
+}

@@ -4,6 +4,8 @@
 //! only the segments it needs (the header comes from the cache or one small read).
 
 use kura_keys::format::HEADER_SIZE;
+use std::sync::Arc;
+
 use kura_keys::{BodyOpener, RangeOpener, SizeInfo};
 use s3s::dto::{
     ETag, ETagCondition, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Range,
@@ -167,7 +169,8 @@ pub(super) fn stored_len(content_length: Option<i64>) -> S3Result<u64> {
 }
 
 /// The plaintext size of an object the upstream just described (stored length, ETag): from
-/// the length alone when it is aligned, else from its trailer (SPEC 6.1).
+/// the length alone when it is aligned, else from its trailer (SPEC 6.1), with what the
+/// trailer read found.
 async fn plaintext_size_of(
     gw: &Gateway,
     bucket: &str,
@@ -175,17 +178,15 @@ async fn plaintext_size_of(
     version_id: Option<&str>,
     upstream_etag: Option<&ETag>,
     stored: u64,
-) -> S3Result<(u64, SizeInfo)> {
-    let info = kura_keys::plaintext_size(stored).map_err(|e| keys_error(&e))?;
-    let size = match info {
-        SizeInfo::Aligned(n) => n,
+) -> S3Result<(u64, Option<Arc<Located>>)> {
+    match kura_keys::plaintext_size(stored).map_err(|e| keys_error(&e))? {
+        SizeInfo::Aligned(n) => Ok((n, None)),
         SizeInfo::Trailer => {
-            locate_current(gw, bucket, key, version_id, upstream_etag.map(ETag::value))
-                .await?
-                .size()
+            let etag = upstream_etag.map(ETag::value);
+            let located = locate_current(gw, bucket, key, version_id, etag).await?;
+            Ok((located.size(), Some(located)))
         }
-    };
-    Ok((size, info))
+    }
 }
 
 pub(super) async fn get_object(
@@ -215,7 +216,7 @@ async fn get_whole(gw: &Gateway, input: GetObjectInput) -> S3Result<S3Response<G
     let client_etag = etag::client_value_of(out.e_tag.as_ref());
     conditions.check(&client_etag, out.last_modified.as_ref())?;
     let stored = stored_len(out.content_length)?;
-    let (size, size_info) = plaintext_size_of(
+    let (size, located) = plaintext_size_of(
         gw,
         &bucket,
         &key,
@@ -233,8 +234,14 @@ async fn get_whole(gw: &Gateway, input: GetObjectInput) -> S3Result<S3Response<G
         out.metadata.take(),
         &verified.secrets().commitment(),
     )?;
-    let opener = BodyOpener::after_header(verified.into_payload_key())
-        .expect_trailer(size_info == SizeInfo::Trailer);
+    // With a trailer, its parts table was read for the size: a body whose parts differ
+    // from it stops before the first that does, not at the trailer.
+    let opener = BodyOpener::after_header(verified.into_payload_key());
+    let opener = match located.map(|l| l.layout.table_parts()) {
+        Some(Some(parts)) => opener.expect_parts(parts),
+        Some(None) => opener.expect_trailer(true),
+        None => opener.expect_trailer(false),
+    };
     let origin = out.e_tag.as_ref().map(|e| Origin {
         upstream: gw.upstream.clone(),
         bucket,
