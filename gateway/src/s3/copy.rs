@@ -131,34 +131,42 @@ pub(super) async fn copy_object(
     let stream = futures::stream::iter([Ok(bytes::Bytes::copy_from_slice(&new_header)), Ok(rest)]);
     let first = body::sized(futures::StreamExt::chain(stream, blob), through);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
+    // The object's headers come from the request under REPLACE, else from the source;
+    // where it is stored and how (class, lock, encryption, ACL) always from the request.
+    macro_rules! kept {
+        ($field:ident) => {
+            if replace { input.$field } else { got.$field }
+        };
+    }
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
     let put = PutObjectInput {
-        bucket: input.bucket,
-        key: input.key,
         metadata: Some(metadata),
-        content_type: if replace {
-            input.content_type
-        } else {
-            got.content_type
-        },
-        cache_control: if replace {
-            input.cache_control
-        } else {
-            got.cache_control
-        },
-        content_disposition: if replace {
-            input.content_disposition
-        } else {
-            got.content_disposition
-        },
-        content_encoding: if replace {
-            input.content_encoding
-        } else {
-            got.content_encoding
-        },
+        content_type: kept!(content_type),
+        cache_control: kept!(cache_control),
+        content_disposition: kept!(content_disposition),
+        content_encoding: kept!(content_encoding),
+        content_language: kept!(content_language),
+        expires: kept!(expires),
+        website_redirect_location: kept!(website_redirect_location),
+        tagging: input.tagging.filter(|_| replace_tags),
         storage_class: input.storage_class,
         object_lock_mode: input.object_lock_mode,
         object_lock_retain_until_date: input.object_lock_retain_until_date,
         object_lock_legal_hold_status: input.object_lock_legal_hold_status,
+        server_side_encryption: input.server_side_encryption,
+        ssekms_key_id: input.ssekms_key_id,
+        ssekms_encryption_context: input.ssekms_encryption_context,
+        bucket_key_enabled: input.bucket_key_enabled,
+        acl: input.acl,
+        grant_full_control: input.grant_full_control,
+        grant_read: input.grant_read,
+        grant_read_acp: input.grant_read_acp,
+        grant_write_acp: input.grant_write_acp,
+        bucket: input.bucket,
+        key: input.key,
         ..Default::default()
     };
     // Pinned to the version the first read was (the current one may change meanwhile).

@@ -135,6 +135,48 @@ async fn replaced_metadata_of_an_object_under_another_cipher_opens() {
     }
 }
 
+/// Regression: a copy kept the source's Content-Type and the like but dropped its
+/// Content-Language and redirect location, and a copy above 8 MiB (an upload of the
+/// gateway's own) dropped them even when the request named them.
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_keep_the_headers_of_their_source() {
+    let env = Env::start().await;
+    for (source, len) in [("small", 1000), ("large", 9 << 20)] {
+        env.client
+            .put_object()
+            .bucket(BUCKET)
+            .key(source)
+            .content_language("de-CH")
+            .website_redirect_location("/elsewhere")
+            .body(data(len, 7).into())
+            .send()
+            .await
+            .unwrap();
+        let copied = format!("{source}-copy");
+        copy(&env, source, &copied).await;
+        let head = env.head(&copied).await;
+        assert_eq!(head.content_language(), Some("de-CH"), "{source}");
+        assert_eq!(
+            head.website_redirect_location(),
+            Some("/elsewhere"),
+            "{source}"
+        );
+        env.client
+            .copy_object()
+            .bucket(BUCKET)
+            .key(&copied)
+            .copy_source(format!("{BUCKET}/{source}"))
+            .metadata_directive(MetadataDirective::Replace)
+            .content_language("fr")
+            .send()
+            .await
+            .unwrap();
+        let head = env.head(&copied).await;
+        assert_eq!(head.content_language(), Some("fr"), "{source}, replaced");
+        assert_eq!(env.get(&copied).await, data(len, 7), "{source}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn large_copy_moves_the_body_server_side() {
     let env = Env::start().await;
