@@ -110,6 +110,43 @@ fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
     r
 }
 
+/// Whether `req` is a POST form upload (a browser upload signed with a POST policy).
+fn is_post_form(req: &Request<Incoming>) -> bool {
+    req.method() == http::Method::POST
+        && req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .get(..19)
+                    .is_some_and(|t| t.eq_ignore_ascii_case("multipart/form-data"))
+            })
+}
+
+/// 501 NotImplemented for a POST form upload, answered without reading its body: s3s
+/// parses a form's fields (up to 20 MiB, again from the start after every piece that
+/// arrives) before it checks the signature, so a form sent by anyone would hold memory and
+/// CPU for as long as its sender trickles it. The connection is closed after the answer.
+fn post_form_refused() -> Response<s3s::Body> {
+    let mut r = text(
+        StatusCode::NOT_IMPLEMENTED,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NotImplemented</Code>\
+         <Message>POST form uploads are not supported by kura</Message></Error>"
+            .into(),
+    );
+    let headers = r.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    r
+}
+
 impl App {
     /// Ready when the upstream answers a ListBuckets; the answer is kept for
     /// [`READY_FOR`], so that probes (unauthenticated, when the admin paths share the S3
@@ -197,6 +234,7 @@ impl App {
                     r
                 }
                 None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
+                None if is_post_form(&req) => post_form_refused(),
                 None => self.s3.call(req.map(s3s::Body::from)).await?,
             };
             if let Some(crate::s3::Status(status)) = resp.extensions().get() {
@@ -383,10 +421,14 @@ pub async fn start_with_upstream(
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(credentials.clone());
     builder.set_access(credentials);
-    // POST form uploads are refused (credentials.rs), but s3s reads the form's file into
-    // memory before any access check: let it read nothing.
+    // POST form uploads are refused before s3s sees them (`post_form_refused`); should one
+    // get through, s3s, which reads a form before any access check, may read next to
+    // nothing of it.
     let mut s3s_config = s3s::config::S3Config::default();
     s3s_config.post_object_max_file_size = 0;
+    s3s_config.form_max_field_size = 4096;
+    s3s_config.form_max_fields_size = 16 * 1024;
+    s3s_config.form_max_parts = 16;
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         s3s_config,
     ))));
