@@ -148,9 +148,12 @@ fn post_form_refused() -> Response<s3s::Body> {
 }
 
 impl App {
-    /// Ready when the upstream answers a ListBuckets; the answer is kept for
-    /// [`READY_FOR`], so that probes (unauthenticated, when the admin paths share the S3
-    /// port) cannot drive upstream calls, which B2 bills, at their own rate.
+    /// Ready when the upstream answers a ListBuckets, or refuses it with AccessDenied: an
+    /// upstream checks the signature before the policy, so that answer shows it reachable
+    /// and the credentials valid, and bucket-scoped credentials (as Velero's documented
+    /// policy) may not list buckets. The answer is kept for [`READY_FOR`], so that probes
+    /// (unauthenticated, when the admin paths share the S3 port) cannot drive upstream
+    /// calls, which B2 bills, at their own rate.
     async fn upstream_ready(&self) -> Result<(), String> {
         let mut last = self.ready.lock().await;
         if let Some((at, answer)) = last.as_ref()
@@ -164,7 +167,10 @@ impl App {
             .list_buckets(request(s3s::dto::ListBucketsInput::default()))
             .await
             .map(|_| ())
-            .map_err(|e| e.code().as_str().to_string());
+            .or_else(|e| match e.code() {
+                s3s::S3ErrorCode::AccessDenied => Ok(()),
+                code => Err(code.as_str().to_string()),
+            });
         *last = Some((Instant::now(), answer.clone()));
         answer
     }

@@ -33,6 +33,11 @@ enum Fault {
     SlowDown,
     /// 404 NoSuchKey, as for an object deleted between two requests.
     NoSuchKey,
+    /// 403 AccessDenied, as for credentials whose policy does not allow the call (a
+    /// bucket-scoped IAM or MinIO policy without `s3:ListAllMyBuckets`).
+    AccessDenied,
+    /// 403 InvalidAccessKeyId, as for credentials the upstream does not know.
+    InvalidAccessKeyId,
     /// 200 with an XML body that is no S3 answer (seen from S3 emulators that name an
     /// answer's root element differently).
     UnreadableOk,
@@ -148,7 +153,13 @@ impl MockFaultProxy {
                 let (parts, body) = Self::forward(req, target).await.into_parts();
                 Response::from_parts(parts, Self::after(body, n, true).await)
             }
-            Some(canned @ (Fault::SlowDown | Fault::NoSuchKey | Fault::UnreadableOk)) => {
+            Some(
+                canned @ (Fault::SlowDown
+                | Fault::NoSuchKey
+                | Fault::AccessDenied
+                | Fault::InvalidAccessKeyId
+                | Fault::UnreadableOk),
+            ) => {
                 let mut body = req.into_body();
                 while let Some(frame) = body.frame().await {
                     if frame.is_err() {
@@ -165,6 +176,16 @@ impl MockFaultProxy {
                         404,
                         b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code>\
                           <Message>The specified key does not exist.</Message></Error>",
+                    ),
+                    Fault::AccessDenied => (
+                        403,
+                        b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+                          <Message>Access Denied</Message></Error>",
+                    ),
+                    Fault::InvalidAccessKeyId => (
+                        403,
+                        b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InvalidAccessKeyId</Code>\
+                          <Message>The AWS Access Key Id you provided does not exist in our records.</Message></Error>",
                     ),
                     _ => (
                         200,
@@ -848,4 +869,26 @@ async fn readiness_probes_are_answered_from_a_recent_answer() {
         assert_eq!(s, 200);
     }
     assert_eq!(proxy.count(&Method::GET, is_list_buckets, 200), 1);
+}
+
+/// Regression: `/readyz` stayed 503 for ever with upstream credentials that may not list
+/// buckets (Velero's documented bucket-scoped policy), though every object call worked.
+/// AccessDenied comes from an upstream that checked the signature: ready. Credentials it
+/// does not know are not.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_needs_valid_credentials_not_the_right_to_list_buckets() {
+    let (_upstream, proxy, gateway, _client) = env().await;
+    let url = format!("http://{}/readyz", gateway.addr);
+    proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::AccessDenied);
+    let (s, _, body) = raw_http("GET", &url, b"").await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::InvalidAccessKeyId);
+    let (s, _, body) = raw_http("GET", &url, b"").await;
+    assert_eq!(s, 503);
+    assert!(
+        String::from_utf8_lossy(&body).contains("InvalidAccessKeyId"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
 }
