@@ -64,15 +64,34 @@ pub async fn restore<B: Backend>(
     Ok(r.summary)
 }
 
+/// Refuses a node that is not a regular file where only a file's content can go: a
+/// directory or a link has none, and writing "nothing" would truncate the target (or
+/// feed an empty stream to a pipe) and report success.
+fn one_file(node: &Node) -> Result<()> {
+    if node.kind == Some(NodeType::File) {
+        return Ok(());
+    }
+    let kind = node.kind.map_or_else(
+        || "an entry of unknown type".to_string(),
+        |k| format!("a {k:?}"),
+    );
+    Err(RepoError::Invalid(format!(
+        "the snapshot holds {kind} ({}), not a file: restore it to a directory",
+        node.name().to_string_lossy()
+    )))
+}
+
 /// Writes the content of a file node to `out` (for `kura restore SNAP -`).
 ///
 /// # Errors
-/// Storage and verification errors, or when `out` fails.
+/// [`RepoError::Invalid`] for a node that is not a regular file; storage and
+/// verification errors, or when `out` fails.
 pub async fn write_content<B: Backend>(
     repo: &Repository<B>,
     node: &Node,
     out: &mut impl Write,
 ) -> Result<u64> {
+    one_file(node)?;
     let mut written = 0u64;
     let mut fetched = fetch_ahead(repo, node);
     while let Some(item) = fetched.next().await {
@@ -469,13 +488,16 @@ fn check_length(node: &Node, pos: u64, path: &Path) -> Result<()> {
 /// /dev/...` and `kura restore SNAP image.raw` of a one-file snapshot.
 ///
 /// # Errors
-/// Storage and verification errors; a device smaller than the content; write errors.
+/// [`RepoError::Invalid`] for a node that is not a regular file (before `path` is
+/// touched); storage and verification errors; a device smaller than the content; write
+/// errors.
 pub async fn restore_file<B: Backend>(
     repo: &Repository<B>,
     node: &Node,
     path: &Path,
 ) -> Result<u64> {
     use std::os::unix::fs::FileTypeExt as _;
+    one_file(node)?;
     let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
     let f = OpenOptions::new()
         .write(true)

@@ -162,6 +162,29 @@ fn a_stream_goes_in_on_stdin_and_comes_out_on_stdout() {
     assert_eq!(std::fs::read(&target).unwrap(), data);
 }
 
+/// Regression: a one-directory snapshot restored onto an existing file (or to `-`) wrote
+/// nothing, truncated the file to 0 bytes, and exited 0 ("restored 0 bytes").
+#[test]
+fn a_directory_snapshot_onto_a_file_or_stdout_is_refused_and_the_file_kept() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious.txt");
+    std::fs::write(&target, b"keep me").unwrap();
+    let out = kura(&gw, &["restore", "latest", target.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a file"), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+    let out = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a file"));
+}
+
 #[test]
 fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() {
     let gw = gateway();
