@@ -59,7 +59,8 @@ impl Aligned {
 /// # Errors
 /// Any other failure to open.
 pub fn create(path: &Path) -> io::Result<Option<File>> {
-    let flags = i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0);
+    let flags =
+        i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0) | crate::restore::NO_FOLLOW;
     match OpenOptions::new()
         .write(true)
         .create(true)

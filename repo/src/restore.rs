@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::FileExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -200,6 +201,7 @@ impl<B: Backend> Restorer<'_, B> {
         for (node, path, rel, matched) in subdirs {
             // A directory entered only because a pattern may match below it is removed
             // again when nothing did (unless it was there before).
+            unlink_symlink(&path)?;
             let existed = path.is_dir();
             std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
             let below = match &node.subtree {
@@ -264,6 +266,7 @@ pub const SMALL_FILES_AT_ONCE: usize = 16;
 /// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
 /// system allows it.
 async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
+    unlink_symlink(path)?;
     if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
         && let Some(f) = crate::direct::create(path).map_err(|e| RepoError::io(path, e))?
     {
@@ -273,9 +276,28 @@ async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) ->
         .write(true)
         .create(true)
         .truncate(true)
+        .custom_flags(NO_FOLLOW)
         .open(path)
         .map_err(|e| RepoError::io(path, e))?;
     write_file(repo, node, &f, path, Holes::Skip).await
+}
+
+/// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their
+/// place, which a target could hold (or another entry of the snapshot just made, on a
+/// case-insensitive file system).
+pub(crate) const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
+
+/// Removes a symlink where the snapshot puts a file or a directory. Restoring into a
+/// target that has one (an in-place recovery, a second snapshot into the same directory)
+/// would otherwise write through it, outside the target: `app/conf -> /etc` and a
+/// snapshot's `app/conf/passwd`.
+fn unlink_symlink(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::remove_file(path).map_err(|e| RepoError::io(path, e))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Range GETs in flight while a file is restored: reads go through the gateway, so

@@ -185,6 +185,59 @@ fn a_directory_snapshot_onto_a_file_or_stdout_is_refused_and_the_file_kept() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a file"));
 }
 
+/// Regression: a restore into a target that held symlinks where the snapshot has a
+/// directory or a file wrote through them, outside the target.
+#[test]
+fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
+    use std::os::unix::fs::symlink;
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("victim"), b"untouched").unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let root = dst.path().join(src.path().file_name().unwrap());
+    std::fs::create_dir(&root).unwrap();
+    symlink(outside.path(), root.join("etc")).unwrap();
+    symlink(outside.path().join("victim"), root.join("volume.bin")).unwrap();
+    ok(&kura(
+        &gw,
+        &["restore", "latest", dst.path().to_str().unwrap()],
+        None,
+    ));
+    assert_eq!(
+        std::fs::read(outside.path().join("victim")).unwrap(),
+        b"untouched"
+    );
+    assert!(
+        !outside.path().join("app").exists(),
+        "nothing written outside"
+    );
+    for f in ["etc/app/config.yaml", "volume.bin"] {
+        let restored = root.join(f);
+        assert!(
+            !std::fs::symlink_metadata(&restored)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{f}"
+        );
+        assert_eq!(
+            std::fs::read(&restored).unwrap(),
+            std::fs::read(src.path().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(
+        !std::fs::symlink_metadata(root.join("etc"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
 #[test]
 fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() {
     let gw = gateway();
