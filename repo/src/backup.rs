@@ -7,7 +7,7 @@
 //! window (four times the largest chunk) and its batch of compressed chunks, whatever the data.
 //! Chunks are hashed and compressed on every core in batches (`par_map`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek as _, SeekFrom};
 use std::os::unix::ffi::OsStrExt as _;
@@ -255,12 +255,10 @@ impl<B: Backend> Writer<B> {
         let mut paths = Vec::new();
         match source {
             Source::Paths(list) => {
+                unique_top_names(&list)?;
                 for path in list {
                     paths.push(path.display().to_string());
-                    let name = path.file_name().map_or_else(
-                        || std::ffi::OsString::from("root"),
-                        std::ffi::OsStr::to_owned,
-                    );
+                    let name = top_name(&path);
                     let before = parent.and_then(|t| t.find(&name));
                     match std::fs::symlink_metadata(&path) {
                         Ok(meta) => {
@@ -282,6 +280,13 @@ impl<B: Backend> Writer<B> {
                     ..Node::default()
                 };
                 node.set_name(std::ffi::OsStr::new(&name));
+                // Checked before stdin is read: a restore to a directory refuses an
+                // entry named `a/b` or nothing.
+                if !node.name_is_safe() {
+                    return Err(RepoError::Invalid(format!(
+                        "the stream's name {name:?} is not a plain file name (no `/`, not empty)"
+                    )));
+                }
                 let (content, size) = self.save_cdc(reader, None)?;
                 node.size = Some(size);
                 node.content = Some(content);
@@ -757,4 +762,32 @@ fn now_ns() -> i128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(0))
+}
+
+/// The name a backed-up path has at the top of its snapshot: its last component, or
+/// `root` for `/` and `.`.
+fn top_name(path: &Path) -> std::ffi::OsString {
+    path.file_name().map_or_else(
+        || std::ffi::OsString::from("root"),
+        std::ffi::OsStr::to_owned,
+    )
+}
+
+/// Refuses paths that would share a name at the top of the snapshot (`/srv/a/data` and
+/// `/srv/b/data`, or `/` and `.`): the snapshot could not hold both, and a restore refuses
+/// a tree with two entries of one name.
+fn unique_top_names(list: &[PathBuf]) -> Result<()> {
+    let mut seen: HashMap<std::ffi::OsString, &Path> = HashMap::new();
+    for path in list {
+        if let Some(first) = seen.insert(top_name(path), path) {
+            return Err(RepoError::Invalid(format!(
+                "{} and {} would both be `{}` at the top of the snapshot: back them up \
+                 in separate snapshots, or back up a directory that holds both",
+                first.display(),
+                path.display(),
+                top_name(path).display()
+            )));
+        }
+    }
+    Ok(())
 }

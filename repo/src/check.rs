@@ -1,5 +1,5 @@
 //! `kura check [--read-data]`: every indexed pack exists; every blob a snapshot uses is
-//! indexed; with `--read-data`, every blob of every pack is read through the gateway and
+//! indexed; every directory's names are ones a restore accepts; with `--read-data`, every blob of every pack is read through the gateway and
 //! hashed; and the snapshots and files that use a damaged pack are named.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -151,6 +151,13 @@ async fn walk<B: Backend>(
             return;
         }
     };
+    // What a restore refuses (restore.rs) is damage too, though every blob is there.
+    if let Err(why) = tree.check_names() {
+        report.problems.push(format!(
+            "snapshot {}: {shown}: {why}: a restore refuses this directory",
+            snap.short()
+        ));
+    }
     for node in &tree.nodes {
         let child = format!("{path}/{}", node.name().to_string_lossy());
         match node.kind {

@@ -238,6 +238,39 @@ fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
     );
 }
 
+/// Regression: paths with one last name (`/srv/a/data /srv/b/data`), or a stream named
+/// `db/app.sql`, made a snapshot that `backup` and `check` called good and `restore`
+/// refused whole. They are refused before anything is read.
+#[test]
+fn names_a_restore_would_refuse_are_refused_by_the_backup() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    for d in ["a/data", "b/data"] {
+        std::fs::create_dir_all(src.path().join(d)).unwrap();
+        std::fs::write(src.path().join(d).join("f"), d).unwrap();
+    }
+    let (a, b) = (src.path().join("a/data"), src.path().join("b/data"));
+    let out = kura(
+        &gw,
+        &["backup", a.to_str().unwrap(), b.to_str().unwrap()],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("would both be"), "{err}");
+    let out = kura(
+        &gw,
+        &["backup", "--stdin", "--stdin-name", "db/app.sql"],
+        Some(b"dump"),
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a plain file name"));
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 0, "no snapshot was made");
+}
+
 #[test]
 fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() {
     let gw = gateway();
