@@ -100,6 +100,7 @@ pub async fn backup<B: Backend>(
     opts: Options,
 ) -> Result<(Id, Snapshot)> {
     let handle = Handle::current();
+    let marked = crate::prune::marked_packs(repo).await?;
     let parent_root = match &opts.parent {
         Some(id) => Some(repo.load_snapshot(id).await?.tree),
         None => None,
@@ -109,7 +110,7 @@ pub async fn backup<B: Backend>(
     // own `block_on` (a wake-up of the caller's future would be lost).
     let writer_repo = repo.clone();
     let (result, written) = tokio::task::spawn_blocking(move || {
-        let mut w = match Writer::new(writer_repo, handle) {
+        let mut w = match Writer::new(writer_repo, handle, marked) {
             Ok(w) => w,
             Err(e) => return (Err(e), Vec::new()),
         };
@@ -169,6 +170,10 @@ struct Writer<B: Backend> {
     /// Blobs this backup stored (the handle's index covers the rest), so that a blob is
     /// stored once.
     added: HashSet<Id>,
+    /// Packs that a prune has marked as unused (`prune.rs`): a later prune may delete them
+    /// while this backup runs, so it neither reuses their blobs nor keeps a parent's
+    /// content that lies in them.
+    marked: HashSet<Id>,
     /// One pack being filled per blob type: trees are kept apart from data so that a
     /// damaged data pack never hides which files it held.
     packs: [PackWriter; 2],
@@ -190,11 +195,12 @@ struct Writer<B: Backend> {
 }
 
 impl<B: Backend> Writer<B> {
-    fn new(repo: Repository<B>, handle: Handle) -> Result<Self> {
+    fn new(repo: Repository<B>, handle: Handle, marked: HashSet<Id>) -> Result<Self> {
         let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Writer {
             repo,
             added: HashSet::new(),
+            marked,
             packs: [PackWriter::with_buffer(first_pack), PackWriter::default()],
             buffers: Buffers::default(),
             uploads: JoinSet::new(),
@@ -441,9 +447,7 @@ impl<B: Backend> Writer<B> {
             && b.inode == node.inode
             && b.content.as_deref().is_some_and(|c| {
                 c.iter().all(|c| match c {
-                    Content::Blob { blob } => {
-                        self.repo.index.contains(blob) || self.added.contains(blob)
-                    }
+                    Content::Blob { blob } => self.stored(blob) || self.added.contains(blob),
                     Content::Zero { .. } => true,
                 })
             })
@@ -622,7 +626,17 @@ impl<B: Backend> Writer<B> {
 
     /// Whether a blob must be stored (and, if so, it now counts as added).
     fn is_new(&mut self, id: &Id) -> bool {
-        !self.repo.index.contains(id) && self.added.insert(*id)
+        !self.stored(id) && self.added.insert(*id)
+    }
+
+    /// Whether the index holds a blob in a pack this backup may rely on (one no prune has
+    /// marked: the index keeps one location per blob, so a blob also in an unmarked pack
+    /// may be stored once more, never lost).
+    fn stored(&self, id: &Id) -> bool {
+        self.repo
+            .index
+            .get(id)
+            .is_some_and(|l| !self.marked.contains(&l.pack))
     }
 
     /// Data chunks `buf[offset..offset + len]`, in order. A batch of at least

@@ -4,12 +4,11 @@
 //! Phase 1 (every run) marks unused packs in a `prune/ID` object with the time. Phase 2
 //! (a later run, once a mark is older than the grace period) deletes the packs of that mark
 //! that are still unused by every snapshot then present, after rewriting the index objects
-//! that list them. Backups only add: a backup that reused a marked pack's blob writes a
-//! snapshot referencing it, and phase 2 then keeps the pack. A backup running longer than
-//! the grace period could still lose such a blob, so the grace period must exceed the
-//! longest backup (default 24 h). The snapshots are read once at the start of a run: a
-//! backup that both starts after a mark and finishes during the run that deletes it is the
-//! remaining window, which the grace period makes a backup-longer-than-grace case too.
+//! that list them. Backups only add, and a backup reads the marks when it starts and
+//! relies on no blob of a marked pack (`backup.rs`, `marked_packs`): it stores such a blob
+//! again. A backup that started before a mark may have reused the pack's blobs; its
+//! snapshot, once written, makes phase 2 keep the pack, so the grace period must exceed
+//! the longest backup (default 24 h).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -79,10 +78,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
     let now = time::OffsetDateTime::now_utc();
     let mut pending: HashSet<Id> = HashSet::new();
     let mut deleted: HashSet<Id> = HashSet::new();
-    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
-        let bytes = repo.backend.get(FileType::PruneMark, &name).await?;
-        let mark: Mark = serde_json::from_slice(&bytes)
-            .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
+    for (name, mark) in read_marks(repo).await? {
         let at =
             time::OffsetDateTime::parse(&mark.time, &time::format_description::well_known::Rfc3339)
                 .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
@@ -127,6 +123,28 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
             .await?;
     }
     Ok(report)
+}
+
+/// The packs that prune marks list (phase 1 done, phase 2 not yet): a backup opened now
+/// must not rely on them, since a prune may delete them before it ends.
+///
+/// # Errors
+/// Storage errors, or a mark that does not parse.
+pub(crate) async fn marked_packs<B: Backend>(repo: &Repository<B>) -> Result<HashSet<Id>> {
+    let marks = read_marks(repo).await?;
+    Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
+}
+
+/// Every prune mark, by name.
+async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(String, Mark)>> {
+    let mut marks = Vec::new();
+    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
+        let bytes = repo.backend.get(FileType::PruneMark, &name).await?;
+        let mark: Mark = serde_json::from_slice(&bytes)
+            .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
+        marks.push((name, mark));
+    }
+    Ok(marks)
 }
 
 /// Rewrites the index objects that list any of `doomed`: a new object with their other

@@ -238,6 +238,50 @@ fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
     );
 }
 
+/// Regression: a backup that started after a prune had marked packs as unused still
+/// reused their blobs, so the next prune, running before that backup had written its
+/// snapshot, could delete data the snapshot then named. A backup now stores such blobs
+/// again.
+#[test]
+fn a_backup_relies_on_no_pack_a_prune_has_marked() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let (old, other) = (noise(300_000, 61), noise(1_000, 62));
+    for data in [&old, &other] {
+        ok(&kura(
+            &gw,
+            &["backup", "--stdin", "--stdin-name", "d", "--tag", "t"],
+            Some(data),
+        ));
+    }
+    ok(&kura(&gw, &["forget", "--keep-last", "1"], None));
+    let out = ok(&kura(&gw, &["prune"], None));
+    assert!(out.contains("marked"), "{out}");
+    ok(&kura(
+        &gw,
+        &["backup", "--stdin", "--stdin-name", "d", "--tag", "t"],
+        Some(&old),
+    ));
+    let list = ok(&kura(&gw, &["snapshots", "--json"], None));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let again = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["snapshot"]["summary"]["bytes_read"] == old.len())
+        .expect("the last backup");
+    let added = again["snapshot"]["summary"]["bytes_added"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        added >= old.len() as u64,
+        "the blobs of the marked packs were stored again: {added} bytes added"
+    );
+    let out = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(out.status.success());
+    assert_eq!(out.stdout, old);
+}
+
 /// Regression: paths with one last name (`/srv/a/data /srv/b/data`), or a stream named
 /// `db/app.sql`, made a snapshot that `backup` and `check` called good and `restore`
 /// refused whole. They are refused before anything is read.
