@@ -8,6 +8,7 @@ use s3s::S3Result;
 use s3s::host::{S3Host, VirtualHost};
 
 /// The configured base domain (with its port, if clients send one).
+#[derive(Clone)]
 pub(crate) struct BaseDomain {
     base: String,
 }
@@ -24,7 +25,7 @@ impl BaseDomain {
     /// The bucket of `BUCKET.DOMAIN`, if `host` is such a name. Ports are not compared:
     /// a client may reach the gateway through another port (a Kubernetes service's) than
     /// the one configured, and must not then be taken for a path-style one.
-    fn bucket_of<'a>(&self, host: &'a str) -> Option<&'a str> {
+    pub(crate) fn bucket_of<'a>(&self, host: &'a str) -> Option<&'a str> {
         let name = without_port(host);
         let base = without_port(&self.base);
         let split = name.len().checked_sub(base.len() + 1)?;

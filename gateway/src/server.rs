@@ -94,6 +94,8 @@ struct App {
     metrics: Metrics,
     upstream: Upstream,
     admin_elsewhere: bool,
+    /// The virtual-host base domain: a request to `BUCKET.DOMAIN` is never an admin one.
+    vhost: Option<crate::host::BaseDomain>,
     /// The last readiness answer, and when it was had.
     ready: Arc<tokio::sync::Mutex<Option<Readiness>>>,
 }
@@ -203,6 +205,19 @@ impl App {
         Some(resp)
     }
 
+    /// Whether `req`'s host is `BUCKET.DOMAIN` under the virtual-host base domain.
+    fn names_bucket(&self, req: &Request<Incoming>) -> bool {
+        let Some(domain) = &self.vhost else {
+            return false;
+        };
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().authority().map(http::uri::Authority::as_str));
+        host.is_some_and(|h| domain.bucket_of(h).is_some())
+    }
+
     async fn handle(
         self,
         mut req: Request<Incoming>,
@@ -225,7 +240,9 @@ impl App {
         async move {
             // With a separate admin listener, the S3 listener leaves these paths to S3 (a
             // bucket may be called `metrics`).
-            let serve_admin = admin_only || !self.admin_elsewhere;
+            // Nor on a virtual-host request: `GET /metrics` with `Host: velero.DOMAIN` reads
+            // the object `metrics` of bucket `velero`.
+            let serve_admin = admin_only || (!self.admin_elsewhere && !self.names_bucket(&req));
             let admin = if serve_admin
                 && req.method() == http::Method::GET
                 && req.uri().query().is_none()
@@ -438,15 +455,21 @@ pub async fn start_with_upstream(
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         s3s_config,
     ))));
-    if let Some(domain) = &config.virtual_host_domain {
-        let host = crate::host::BaseDomain::new(domain).map_err(ServerError::Domain)?;
-        builder.set_host(host);
+    let vhost = config
+        .virtual_host_domain
+        .as_deref()
+        .map(crate::host::BaseDomain::new)
+        .transpose()
+        .map_err(ServerError::Domain)?;
+    if let Some(host) = &vhost {
+        builder.set_host(host.clone());
     }
     let app = App {
         s3: builder.build(),
         metrics: metrics.clone(),
         upstream,
         admin_elsewhere: config.admin_listen.is_some(),
+        vhost,
         ready: Arc::default(),
     };
     let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;

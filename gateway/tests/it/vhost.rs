@@ -83,5 +83,31 @@ async fn bucket_in_the_host_name_and_in_the_path_both_work() {
         assert!(head.starts_with("HTTP/1.1 200"), "{host}: {head}");
         assert_eq!(&resp[split + 4..], &body[..], "{host}");
     }
+    // Regression: objects named like the admin endpoints, read virtual-host style, were
+    // answered with the endpoints (the Prometheus text as the object's body, 200).
+    for name in ["metrics", "healthz", "readyz"] {
+        let content = format!("the object {name}").into_bytes();
+        c.put_object()
+            .bucket("vhost")
+            .key(name)
+            .body(content.clone().into())
+            .send()
+            .await
+            .unwrap();
+        let resp = send(
+            gw.addr,
+            &signed_get(&format!("vhost.s3.localhost:{port}"), &format!("/{name}")),
+        )
+        .await;
+        let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        assert_eq!(&resp[split + 4..], &content[..], "{name}");
+    }
+    // The endpoints still answer on the base domain and other names.
+    for host in [format!("s3.localhost:{port}"), format!("localhost:{port}")] {
+        let raw = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let resp = send(gw.addr, &raw).await;
+        assert!(resp.starts_with(b"HTTP/1.1 200"), "{host}");
+        assert!(resp.ends_with(b"ok\n"), "{host}");
+    }
     gw.shutdown().await;
 }
