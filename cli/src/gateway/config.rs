@@ -56,15 +56,19 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             buckets: BucketScope::from_list(&c.buckets),
         });
     }
-    if let (Ok(ak), Ok(sk)) = (
+    match (
         std::env::var("KURA_ACCESS_KEY_ID"),
         std::env::var("KURA_SECRET_ACCESS_KEY"),
     ) {
-        credentials.push(ClientCredential {
+        (Ok(ak), Ok(sk)) => credentials.push(ClientCredential {
             access_key: ak,
             secret: sk.into(),
             buckets: BucketScope::All,
-        });
+        }),
+        (Err(_), Err(_)) => {}
+        // Half a credential would be dropped, and the embedded default would then use
+        // or generate others: say so instead.
+        _ => bail!("KURA_ACCESS_KEY_ID and KURA_SECRET_ACCESS_KEY go together"),
     }
     let (upstream, keyring, generated) =
         upstream_and_keyring(&args, &file, upstream_url, key_file, credentials.is_empty())?;
@@ -85,9 +89,14 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
     if tls.is_none() && !listen.ip().is_loopback() {
         tracing::warn!(%listen, "serving plain HTTP on a non-loopback address: use --tls-cert/--tls-key unless a sidecar or mesh terminates TLS");
     }
+    let admin_listen = args.admin_listen.or(file.admin_listen);
+    if let Some(admin) = admin_listen.filter(|a| !a.ip().is_loopback()) {
+        // The admin listener never has TLS; its paths need no credentials.
+        tracing::warn!(%admin, "serving /healthz, /readyz and /metrics on a non-loopback address without credentials or TLS: keep it reachable only by probes and the scraper");
+    }
     Ok(GatewayConfig {
         listen,
-        admin_listen: args.admin_listen.or(file.admin_listen),
+        admin_listen,
         upstream,
         keyring: Arc::new(keyring),
         cipher,
@@ -128,6 +137,11 @@ fn upstream_and_keyring(
             }
             None => None,
         };
+        if args.data_dir.is_some() || file.data_dir.is_some() {
+            bail!(
+                "a data directory (--data-dir or data_dir) is for the embedded upstream; with an upstream URL it would be ignored"
+            );
+        }
         let timeout = match args.upstream_timeout.or(file.upstream.timeout) {
             None => DEFAULT_UPSTREAM_TIMEOUT,
             Some(0) => bail!("the upstream timeout is in seconds and must be at least 1"),

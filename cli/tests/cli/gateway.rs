@@ -250,6 +250,29 @@ fn settings_that_would_misbehave_are_refused() {
             "[upstream] region only apply with an upstream URL",
         ),
         (run(Some(&secret_only), &[], &[]), "no access_key_id"),
+        // Half a credential was dropped without a word.
+        (
+            run(None, &[], &[("KURA_ACCESS_KEY_ID", "a")]),
+            "go together",
+        ),
+        (
+            run(None, &[], &[("KURA_SECRET_ACCESS_KEY", "s")]),
+            "go together",
+        ),
+        // --data-dir beside an upstream URL was ignored without a word.
+        (
+            run(
+                None,
+                &[
+                    "--upstream",
+                    "http://127.0.0.1:1",
+                    "--key-file",
+                    missing_key,
+                ],
+                &[],
+            ),
+            "would be ignored",
+        ),
     ];
     for (out, says) in cases {
         let err = String::from_utf8_lossy(&out.stderr);
