@@ -362,7 +362,7 @@ impl<B: Backend> Writer<B> {
                 self.summary.files_unchanged += 1;
             }
             NodeType::File => {
-                let file = match File::open(path) {
+                let file = match open_as_listed(path, meta) {
                     Ok(f) => f,
                     Err(e) => {
                         self.errors.push(format!("{}: {e}", path.display()));
@@ -778,6 +778,27 @@ fn now_ns() -> i128 {
         .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(0))
 }
 
+/// Opens the regular file that `listed` (its `lstat`) describes, or fails: the path is
+/// opened without following a symlink and without blocking, and the open file must be the
+/// same file. In a tree others can write to, a file swapped for a symlink between the
+/// listing and the open would otherwise store the link's target (`/etc/shadow`) under the
+/// file's name, owner and mode, and one swapped for a FIFO would hang the backup.
+fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<File> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits().cast_signed())
+        .open(path)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() || opened.dev() != listed.dev() || opened.ino() != listed.ino() {
+        return Err(std::io::Error::other(
+            "replaced by another file while the backup listed it; not read",
+        ));
+    }
+    Ok(file)
+}
+
 /// The name a backed-up path has at the top of its snapshot: its last component, or
 /// `root` for `/` and `.`.
 fn top_name(path: &Path) -> std::ffi::OsString {
@@ -804,4 +825,43 @@ fn unique_top_names(list: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_as_listed;
+
+    #[test]
+    fn a_file_replaced_after_its_listing_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, secret) = (dir.path().join("f"), dir.path().join("secret"));
+        std::fs::write(&path, b"mine").unwrap();
+        std::fs::write(&secret, b"not yours").unwrap();
+        let listed = std::fs::symlink_metadata(&path).unwrap();
+        assert!(open_as_listed(&path, &listed).is_ok());
+
+        // Swapped for a symlink to another file: not followed. (The listed file is kept
+        // under another name, so that no new file can get its inode number.)
+        std::fs::rename(&path, dir.path().join("f.listed")).unwrap();
+        std::os::unix::fs::symlink(&secret, &path).unwrap();
+        assert!(open_as_listed(&path, &listed).is_err());
+
+        // Swapped for another file under the same name: not the listed one.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(dir.path().join("other"), b"other").unwrap();
+        std::fs::rename(dir.path().join("other"), &path).unwrap();
+        assert!(open_as_listed(&path, &listed).is_err());
+
+        // Swapped for a FIFO: refused at once, not a hang.
+        std::fs::remove_file(&path).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert!(open_as_listed(&path, &listed).is_err());
+    }
 }
