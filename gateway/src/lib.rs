@@ -12,7 +12,8 @@
 //!   directory served in-process (the embedded default), both behind s3s's `S3` trait.
 //! - `s3`: `impl S3` for [`Gateway`], thin, with one file per operation family.
 //! - `body`, `object`, `etag`, `upload_id`: the pieces those operations share.
-//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown.
+//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown;
+//!   `chunk_guard` bounds aws-chunked chunks before s3s buffers them.
 //!
 //! Nothing lives outside the upstream and the key file: the object header travels in the
 //! body, user metadata is sealed into object metadata, and a multipart upload's secrets
@@ -25,6 +26,7 @@ pub mod server;
 pub mod upstream;
 
 mod body;
+mod chunk_guard;
 mod etag;
 mod gateway;
 mod host;

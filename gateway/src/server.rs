@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+
+use crate::chunk_guard::ChunkGuard;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -110,6 +112,24 @@ fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
     let mut r = Response::new(s3s::Body::from(body));
     *r.status_mut() = status;
     r
+}
+
+/// The request with its body as s3s takes it: an aws-chunked body (detected, as s3s does,
+/// by a `STREAMING-` payload hash) behind [`ChunkGuard`].
+fn body_of(req: Request<Incoming>) -> Request<s3s::Body> {
+    let chunked = req
+        .headers()
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    req.map(|b| {
+        let body = s3s::Body::from(b);
+        if chunked {
+            let guarded: s3s::stream::DynByteStream = Box::pin(ChunkGuard::new(body));
+            s3s::Body::from(guarded)
+        } else {
+            body
+        }
+    })
 }
 
 /// Whether `req` is a POST form upload (a browser upload signed with a POST policy).
@@ -258,7 +278,7 @@ impl App {
                 }
                 None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
                 None if is_post_form(&req) => post_form_refused(),
-                None => self.s3.call(req.map(s3s::Body::from)).await?,
+                None => self.s3.call(body_of(req)).await?,
             };
             if let Some(crate::s3::Status(status)) = resp.extensions().get() {
                 *resp.status_mut() = *status;

@@ -200,11 +200,7 @@ fn signed_payload_put(host: &str, key: &str, signed_for: &[u8], body: &[u8]) -> 
     let canonical = format!(
         "PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{hash}\nx-amz-date:{stamp}\n\n{signed_headers}\n{hash}"
     );
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex_sha256(canonical.as_bytes())
-    );
-    let signature = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    let signature = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
     let auth = format!(
         "AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
     );
@@ -257,11 +253,7 @@ fn presigned_get(host: &str, key: &str, expires: u64) -> Vec<u8> {
         "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={credential}&X-Amz-Date={stamp}&X-Amz-Expires={expires}&X-Amz-SignedHeaders=host"
     );
     let canonical = format!("GET\n{path}\n{query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex_sha256(canonical.as_bytes())
-    );
-    let signature = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    let signature = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
     format!(
         "GET {path}?{query}&X-Amz-Signature={signature} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )

@@ -20,11 +20,7 @@ fn signed_chunked_put(
         "PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{mode}\nx-amz-date:{stamp}\nx-amz-decoded-content-length:{}\n\n{signed_headers}\n{mode}",
         payload.len()
     );
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex_sha256(canonical.as_bytes())
-    );
-    let mut prev = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    let mut prev = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
     let seed = prev.clone();
     let mut body = Vec::new();
     let empty = hex_sha256(b"");
@@ -94,4 +90,39 @@ async fn signed_chunks_are_verified_and_never_stored() {
     );
     env.assert_absent("tampered", "a tampered chunk stores nothing")
         .await;
+}
+
+/// Regression: s3s collects each aws-chunked chunk whole before it looks at it, and a
+/// chunk header may declare up to 4 GiB; with `STREAMING-UNSIGNED-PAYLOAD-TRAILER` no
+/// chunk signature is needed to try. A chunk above 16 MiB is refused as its header
+/// arrives, while the body is still coming.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chunk_declaring_gigabytes_is_refused_at_its_header() {
+    let env = Env::start().await;
+    let host = env.gateway.addr.to_string();
+    let (stamp, scope, k) = sigv4_now();
+    let path = format!("/{BUCKET}/huge-chunk");
+    let mode = "STREAMING-UNSIGNED-PAYLOAD-TRAILER";
+    let signed_headers = "content-encoding;host;x-amz-content-sha256;x-amz-date;x-amz-decoded-content-length;x-amz-trailer";
+    let canonical = format!(
+        "PUT\n{path}\n\ncontent-encoding:aws-chunked\nhost:{host}\nx-amz-content-sha256:{mode}\nx-amz-date:{stamp}\nx-amz-decoded-content-length:10\nx-amz-trailer:x-amz-checksum-crc32\n\n{signed_headers}\n{mode}"
+    );
+    let sig = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
+    let mut req = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\nContent-Encoding: aws-chunked\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: {mode}\r\nx-amz-decoded-content-length: 10\r\nx-amz-trailer: x-amz-checksum-crc32\r\nAuthorization: AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed_headers}, Signature={sig}\r\nContent-Length: 5000000000\r\nConnection: close\r\n\r\nffffffff\r\n"
+    )
+    .into_bytes();
+    req.extend(std::iter::repeat_n(b'x', 65_536));
+    // The rest of the 5 GB never comes: only a refusal at the header answers in time.
+    let resp = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        send(env.gateway.addr, &req),
+    )
+    .await
+    .expect("refused while the body was still coming");
+    assert!(
+        resp.starts_with("HTTP/1.1 400") && resp.contains("larger than the gateway accepts"),
+        "{resp}"
+    );
+    env.assert_absent("huge-chunk", "nothing stored").await;
 }

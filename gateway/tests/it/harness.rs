@@ -331,6 +331,16 @@ pub fn hex_sha256(b: &[u8]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, b))
 }
 
+/// The SigV4 signature of a canonical request, with the signing key, date stamp and scope
+/// of [`sigv4_now`].
+pub fn sigv4_signature(k: &[u8], stamp: &str, scope: &str, canonical: &str) -> String {
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex_sha256(canonical.as_bytes())
+    );
+    hex::encode(hmac_sha256(k, to_sign.as_bytes()))
+}
+
 /// HMAC-SHA-256.
 pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
     ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), msg)

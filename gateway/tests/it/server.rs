@@ -289,7 +289,7 @@ async fn upstream_over_tls_with_a_custom_ca_bundle() {
 /// A hand-signed empty PUT (`UNSIGNED-PAYLOAD`), with or without `Expect: 100-continue`,
 /// on a keep-alive connection; returns the response head, lower-cased.
 async fn empty_put_head(addr: std::net::SocketAddr, key: &str, expect: bool) -> String {
-    use crate::harness::{hex_sha256, sigv4_now};
+    use crate::harness::sigv4_now;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let (stamp, scope, k) = sigv4_now();
     let host = addr.to_string();
@@ -298,11 +298,7 @@ async fn empty_put_head(addr: std::net::SocketAddr, key: &str, expect: bool) -> 
     let canonical = format!(
         "PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n{signed}\nUNSIGNED-PAYLOAD"
     );
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex_sha256(canonical.as_bytes())
-    );
-    let sig = hex::encode(crate::harness::hmac_sha256(&k, to_sign.as_bytes()));
+    let sig = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
     let expect = if expect {
         "Expect: 100-continue\r\n"
     } else {

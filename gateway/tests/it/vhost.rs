@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::harness::{
-    AK, SK, client, data, gateway_config, hex_sha256, hmac_sha256, sigv4_now, start_upstream,
-};
+use crate::harness::{AK, SK, client, data, gateway_config, sigv4_now, start_upstream};
 
 /// A SigV4-signed GET with `UNSIGNED-PAYLOAD` for `host` and `path`.
 fn signed_get(host: &str, path: &str) -> String {
@@ -14,11 +12,7 @@ fn signed_get(host: &str, path: &str) -> String {
     let canonical = format!(
         "GET\n{path}\n\nhost:{host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n{signed}\nUNSIGNED-PAYLOAD"
     );
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex_sha256(canonical.as_bytes())
-    );
-    let sig = hex::encode(hmac_sha256(&k, to_sign.as_bytes()));
+    let sig = crate::harness::sigv4_signature(&k, &stamp, &scope, &canonical);
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nx-amz-date: {stamp}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nAuthorization: AWS4-HMAC-SHA256 Credential={AK}/{scope}, SignedHeaders={signed}, Signature={sig}\r\nConnection: close\r\n\r\n"
     )
