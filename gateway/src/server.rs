@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::chunk_guard::ChunkGuard;
+use crate::chunk_guard::{ChunkGuard, Framing};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -117,17 +117,23 @@ fn text(status: StatusCode, body: String) -> Response<s3s::Body> {
 /// The request with its body as s3s takes it: an aws-chunked body (detected, as s3s does,
 /// by a `STREAMING-` payload hash) behind [`ChunkGuard`].
 fn body_of(req: Request<Incoming>) -> Request<s3s::Body> {
-    let chunked = req
-        .headers()
-        .get("x-amz-content-sha256")
-        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    let header = |name: &str| req.headers().get(name).map(http::HeaderValue::as_bytes);
+    let framing = match header("x-amz-content-sha256") {
+        Some(b"STREAMING-UNSIGNED-PAYLOAD-TRAILER") => Some(Framing::Unsigned {
+            decoded: header("x-amz-decoded-content-length")
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()),
+        }),
+        Some(v) if v.starts_with(b"STREAMING-") => Some(Framing::Signed),
+        _ => None,
+    };
     req.map(|b| {
         let body = s3s::Body::from(b);
-        if chunked {
-            let guarded: s3s::stream::DynByteStream = Box::pin(ChunkGuard::new(body));
-            s3s::Body::from(guarded)
-        } else {
-            body
+        match framing {
+            Some(framing) => {
+                let guarded: s3s::stream::DynByteStream = Box::pin(ChunkGuard::new(body, framing));
+                s3s::Body::from(guarded)
+            }
+            None => body,
         }
     })
 }
