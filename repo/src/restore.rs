@@ -200,8 +200,9 @@ impl<B: Backend> Restorer<'_, B> {
         }
         for (node, path, rel, matched) in subdirs {
             // A directory entered only because a pattern may match below it is removed
-            // again when nothing did (unless it was there before).
-            unlink_symlink(&path)?;
+            // again when nothing did (unless it was there before), and a symlink that stood
+            // in its place is put back.
+            let link = unlink_symlink(&path)?;
             let existed = path.is_dir();
             std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
             let below = match &node.subtree {
@@ -214,6 +215,10 @@ impl<B: Backend> Restorer<'_, B> {
                 self.apply_meta(&path, node, &rel);
             } else if !existed {
                 let _ = std::fs::remove_dir(&path);
+                if let Some(target) = link {
+                    std::os::unix::fs::symlink(&target, &path)
+                        .map_err(|e| RepoError::io(&path, e))?;
+                }
             }
         }
         Ok(wrote)
@@ -290,13 +295,14 @@ pub(crate) const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits().cast_signe
 /// Removes a symlink where the snapshot puts a file or a directory. Restoring into a
 /// target that has one (an in-place recovery, a second snapshot into the same directory)
 /// would otherwise write through it, outside the target: `app/conf -> /etc` and a
-/// snapshot's `app/conf/passwd`.
-fn unlink_symlink(path: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            std::fs::remove_file(path).map_err(|e| RepoError::io(path, e))
+/// snapshot's `app/conf/passwd`. Returns the removed link's target.
+fn unlink_symlink(path: &Path) -> Result<Option<PathBuf>> {
+    match std::fs::read_link(path) {
+        Ok(target) => {
+            std::fs::remove_file(path).map_err(|e| RepoError::io(path, e))?;
+            Ok(Some(target))
         }
-        _ => Ok(()),
+        Err(_) => Ok(None),
     }
 }
 

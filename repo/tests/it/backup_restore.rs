@@ -497,4 +497,26 @@ async fn include_globs_restore_only_matching_entries_and_their_directories() {
         ]
     );
     assert!(restored(&["nothing/here"]).await.is_empty());
+
+    // Regression: a symlink in the target where the snapshot has a directory that a
+    // pattern might match below is put back when nothing matched there, and replaced (never
+    // written through) when something did.
+    let out = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(out.path().join("data")).unwrap();
+    let var = out.path().join("data/var");
+    std::os::unix::fs::symlink(outside.path(), &var).unwrap();
+    for (pattern, kept) in [("**/*.yaml", true), ("data/var/lib/db", false)] {
+        let include = Include::new(&[pattern.to_string()]).unwrap();
+        restore(&repo, &snap.tree, out.path(), &include)
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::symlink_metadata(&var).unwrap().is_symlink(),
+            kept,
+            "{pattern}"
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+    assert_eq!(std::fs::read(var.join("lib/db")).unwrap(), b"rows");
 }
