@@ -100,7 +100,11 @@ pub async fn backup<B: Backend>(
     opts: Options,
 ) -> Result<(Id, Snapshot)> {
     let handle = Handle::current();
+    // Marks first, then the index: a prune that deletes a marked pack rewrites the index
+    // before it deletes the mark, so a mark gone by now means an index read now no longer
+    // lists its packs. The index the repository was opened with may be older than that.
     let marked = crate::prune::marked_packs(repo).await?;
+    repo.load_index().await?;
     let parent_root = match &opts.parent {
         Some(id) => Some(repo.load_snapshot(id).await?.tree),
         None => None,

@@ -4,9 +4,9 @@
 //! Phase 1 (every run) marks unused packs in a `prune/ID` object with the time. Phase 2
 //! (a later run, once a mark is older than the grace period) deletes the packs of that mark
 //! that are still unused by every snapshot then present, after rewriting the index objects
-//! that list them. Backups only add, and a backup reads the marks when it starts and
-//! relies on no blob of a marked pack (`backup.rs`, `marked_packs`): it stores such a blob
-//! again. A backup that started before a mark may have reused the pack's blobs; its
+//! that list them. Backups only add, and a backup reads the marks when it starts (then the
+//! index, which phase 2 rewrites before it deletes a mark) and relies on no blob of a
+//! marked pack (`backup.rs`, `marked_packs`): it stores such a blob again. A backup that started before a mark may have reused the pack's blobs; its
 //! snapshot, once written, makes phase 2 keep the pack, so the grace period must exceed
 //! the longest backup (default 24 h).
 
@@ -135,11 +135,15 @@ pub(crate) async fn marked_packs<B: Backend>(repo: &Repository<B>) -> Result<Has
     Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
 }
 
-/// Every prune mark, by name.
+/// Every prune mark, by name. A mark listed and then deleted (by a prune's phase 2) before
+/// it is read is gone, not an error.
 async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(String, Mark)>> {
     let mut marks = Vec::new();
     for (name, _) in repo.backend.list(FileType::PruneMark).await? {
-        let bytes = repo.backend.get(FileType::PruneMark, &name).await?;
+        let bytes = match repo.backend.get(FileType::PruneMark, &name).await {
+            Err(RepoError::NotFound(_)) => continue,
+            got => got?,
+        };
         let mark: Mark = serde_json::from_slice(&bytes)
             .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
         marks.push((name, mark));

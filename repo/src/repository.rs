@@ -103,7 +103,7 @@ impl<B: Backend> Repository<B> {
     }
 
     /// Reads every index object (each checked against its name) and makes them the index.
-    async fn load_index(&mut self) -> Result<BTreeMap<String, IndexJson>> {
+    pub(crate) async fn load_index(&mut self) -> Result<BTreeMap<String, IndexJson>> {
         let mut index = Index::default();
         let mut objects = BTreeMap::new();
         for (name, _) in self.backend.list(FileType::Index).await? {

@@ -53,6 +53,50 @@ async fn an_incremental_backup_reads_only_what_changed() {
     }
 }
 
+/// Regression: a backup on a repository opened before a prune deleted a pack (and its
+/// mark) must not take the blobs of that pack from the index it was opened with.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.bin"), random(3 << 20, 7)).unwrap();
+    std::fs::write(src.path().join("b.bin"), random(3 << 20, 8)).unwrap();
+    let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
+    let mut repo = Repository::init(env.backend("stale"), small_params())
+        .await
+        .unwrap();
+    backup(&mut repo, source("a.bin"), opts()).await.unwrap();
+    backup(&mut repo, source("b.bin"), opts()).await.unwrap();
+    forget(
+        &repo,
+        KeepPolicy {
+            last: 1,
+            ..KeepPolicy::default()
+        },
+        false,
+    )
+    .await
+    .unwrap();
+    let mut stale = Repository::open(env.backend("stale")).await.unwrap();
+    assert!(
+        !stale.index().is_empty(),
+        "opened while the pack is indexed"
+    );
+    prune(&mut repo, Duration::ZERO).await.unwrap();
+    let report = prune(&mut repo, Duration::ZERO).await.unwrap();
+    assert!(report.deleted > 0, "{report:?}");
+
+    let (_, snap) = backup(&mut stale, source("a.bin"), opts()).await.unwrap();
+    let mut fresh = Repository::open(env.backend("stale")).await.unwrap();
+    let report = check(&mut fresh, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let out = tempfile::tempdir().unwrap();
+    restore(&fresh, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(std::fs::read(out.path().join("a.bin")).unwrap() == random(3 << 20, 7));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     let env = Env::start().await;
