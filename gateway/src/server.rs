@@ -100,6 +100,9 @@ struct App {
     vhost: Option<crate::host::BaseDomain>,
     /// The last readiness answer, and when it was had.
     ready: Arc<tokio::sync::Mutex<Option<Readiness>>>,
+    /// A bucket the client credentials name, for readiness when the upstream refuses to
+    /// list buckets.
+    probe_bucket: Option<String>,
 }
 
 /// A readiness answer (`Err` holds the upstream's error code) and when it was had.
@@ -176,12 +179,14 @@ fn post_form_refused() -> Response<s3s::Body> {
 }
 
 impl App {
-    /// Ready when the upstream answers a ListBuckets, or refuses it with AccessDenied: an
-    /// upstream checks the signature before the policy, so that answer shows it reachable
-    /// and the credentials valid, and bucket-scoped credentials (as Velero's documented
-    /// policy) may not list buckets. The answer is kept for [`READY_FOR`], so that probes
-    /// (unauthenticated, when the admin paths share the S3 port) cannot drive upstream
-    /// calls, which B2 bills, at their own rate.
+    /// Ready when the upstream answers a ListBuckets. Bucket-scoped credentials (as
+    /// Velero's documented policy) may not list buckets and get AccessDenied; then, when the
+    /// client credentials name a bucket, a HeadBucket of it must answer (or find no such
+    /// bucket): Garage also says AccessDenied for a key it does not know. With no bucket
+    /// named, AccessDenied is ready (AWS and B2 check the key before the policy). The
+    /// answer is kept for [`READY_FOR`], so that probes (unauthenticated, when the admin
+    /// paths share the S3 port) cannot drive upstream calls, which B2 bills, at their own
+    /// rate.
     async fn upstream_ready(&self) -> Result<(), String> {
         let mut last = self.ready.lock().await;
         if let Some((at, answer)) = last.as_ref()
@@ -194,11 +199,23 @@ impl App {
             .s3()
             .list_buckets(request(s3s::dto::ListBucketsInput::default()))
             .await
-            .map(|_| ())
-            .or_else(|e| match e.code() {
-                s3s::S3ErrorCode::AccessDenied => Ok(()),
-                code => Err(code.as_str().to_string()),
-            });
+            .map(|_| ());
+        let answer = match (answer, &self.probe_bucket) {
+            (Err(e), Some(bucket)) if *e.code() == s3s::S3ErrorCode::AccessDenied => {
+                let input = s3s::dto::HeadBucketInput {
+                    bucket: bucket.clone(),
+                    ..Default::default()
+                };
+                match self.upstream.s3().head_bucket(request(input)).await {
+                    Ok(_) => Ok(()),
+                    // A HEAD answer has no body: a 404 is `NotFound`.
+                    Err(e) if matches!(e.code().as_str(), "NoSuchBucket" | "NotFound") => Ok(()),
+                    Err(e) => Err(format!("{} (HeadBucket {bucket})", e.code().as_str())),
+                }
+            }
+            (Err(e), None) if *e.code() == s3s::S3ErrorCode::AccessDenied => Ok(()),
+            (answer, _) => answer.map_err(|e| e.code().as_str().to_string()),
+        };
         *last = Some((Instant::now(), answer.clone()));
         answer
     }
@@ -497,6 +514,10 @@ pub async fn start_with_upstream(
         admin_elsewhere: config.admin_listen.is_some(),
         vhost,
         ready: Arc::default(),
+        probe_bucket: config.credentials.iter().find_map(|c| match &c.buckets {
+            crate::config::BucketScope::Only(names) => names.first().cloned(),
+            crate::config::BucketScope::All => None,
+        }),
     };
     let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
     let bind = |addr: SocketAddr| async move {

@@ -873,8 +873,9 @@ async fn readiness_probes_are_answered_from_a_recent_answer() {
 
 /// Regression: `/readyz` stayed 503 for ever with upstream credentials that may not list
 /// buckets (Velero's documented bucket-scoped policy), though every object call worked.
-/// AccessDenied comes from an upstream that checked the signature: ready. Credentials it
-/// does not know are not.
+/// Then a bucket the client credentials name (the harness's `limited`, which the upstream
+/// does not have) must be reachable: ready. Credentials the upstream does not know are
+/// not, whether it says InvalidAccessKeyId (AWS) or AccessDenied (Garage) for them.
 #[tokio::test(flavor = "multi_thread")]
 async fn readiness_needs_valid_credentials_not_the_right_to_list_buckets() {
     let (_upstream, proxy, gateway, _client) = env().await;
@@ -882,6 +883,16 @@ async fn readiness_needs_valid_credentials_not_the_right_to_list_buckets() {
     proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::AccessDenied);
     let (s, _, body) = raw_http("GET", &url, b"").await;
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::AccessDenied);
+    proxy.fail_next(
+        Method::HEAD,
+        |p| p.starts_with("/limited"),
+        1,
+        Fault::AccessDenied,
+    );
+    let (s, _, body) = raw_http("GET", &url, b"").await;
+    assert_eq!(s, 503, "{}", String::from_utf8_lossy(&body));
     tokio::time::sleep(Duration::from_secs(6)).await;
     proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::InvalidAccessKeyId);
     let (s, _, body) = raw_http("GET", &url, b"").await;
