@@ -159,11 +159,15 @@ fn is_post_form(req: &Request<Incoming>) -> bool {
 /// parses a form's fields (up to 20 MiB, again from the start after every piece that
 /// arrives) before it checks the signature, so a form sent by anyone would hold memory and
 /// CPU for as long as its sender trickles it. The connection is closed after the answer.
+/// s3s takes every POST of that content type for a form, also a CreateMultipartUpload of an
+/// object of that type (it fails with MalformedPOSTRequest), so all of them are refused.
 fn post_form_refused() -> Response<s3s::Body> {
     let mut r = text(
         StatusCode::NOT_IMPLEMENTED,
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NotImplemented</Code>\
-         <Message>POST form uploads are not supported by kura</Message></Error>"
+         <Message>POST requests with Content-Type multipart/form-data (form uploads, or a \
+         multipart upload of an object of that type) are not supported by kura</Message>\
+         </Error>"
             .into(),
     );
     let headers = r.headers_mut();

@@ -404,3 +404,28 @@ async fn silent_connections_are_closed() {
         .unwrap();
     crate::harness::closed_after(socket, kura_gateway::server::HEADER_READ_TIMEOUT).await;
 }
+
+/// A multipart upload of an object whose Content-Type is `multipart/form-data`: s3s takes
+/// every POST of that type for a form upload, so it cannot be served; it gets the same
+/// clear refusal rather than a form parse error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multipart_upload_of_a_form_data_object_is_refused_clearly() {
+    let env = Env::start().await;
+    let err = env
+        .client
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("form.bin")
+        .content_type("multipart/form-data; boundary=x")
+        .send()
+        .await
+        .unwrap_err();
+    let err = err.into_service_error();
+    assert_eq!(err.meta().code(), Some("NotImplemented"), "{err:?}");
+    assert!(
+        err.meta()
+            .message()
+            .is_some_and(|m| m.contains("multipart/form-data")),
+        "{err:?}"
+    );
+}
