@@ -783,24 +783,45 @@ fn now_ns() -> i128 {
 }
 
 /// Opens the regular file that `listed` (its `lstat`) describes, or fails: the path is
-/// opened without following a symlink and without blocking, and the open file must be the
-/// same file. In a tree others can write to, a file swapped for a symlink between the
+/// looked up without following a symlink or opening what it names, and must name the same
+/// file, which is then opened. In a tree others can write to, a file swapped for a symlink between the
 /// listing and the open would otherwise store the link's target (`/etc/shadow`) under the
 /// file's name, owner and mode, and one swapped for a FIFO would hang the backup.
 fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<File> {
+    use rustix::fs::OFlags;
+    use std::os::fd::AsRawFd as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits().cast_signed())
-        .open(path)?;
-    let opened = file.metadata()?;
-    if !opened.is_file() || opened.dev() != listed.dev() || opened.ino() != listed.ino() {
-        return Err(std::io::Error::other(
-            "replaced by another file while the backup listed it; not read",
-        ));
+    let open = |path: &Path, flags: OFlags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits().cast_signed())
+            .open(path)
+    };
+    let same = |file: &File| -> std::io::Result<()> {
+        let opened = file.metadata()?;
+        if !opened.is_file() || opened.dev() != listed.dev() || opened.ino() != listed.ino() {
+            return Err(std::io::Error::other(
+                "replaced by another file while the backup listed it; not read",
+            ));
+        }
+        Ok(())
+    };
+    // An O_PATH descriptor opens nothing (no FIFO waits for a writer), and the file it
+    // names, once checked, is opened for reading through /proc like any open: one under a
+    // lease (Samba, the NFS server) waits for the holder to let go rather than failing.
+    let handle = open(path, OFlags::PATH | OFlags::NOFOLLOW)?;
+    same(&handle)?;
+    match File::open(format!("/proc/self/fd/{}", handle.as_raw_fd())) {
+        Ok(file) => Ok(file),
+        // No /proc (a bare container): a non-blocking open cannot hang on a FIFO swapped
+        // in since, but fails on a leased file.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let file = open(path, OFlags::NOFOLLOW | OFlags::NONBLOCK)?;
+            same(&file)?;
+            Ok(file)
+        }
+        Err(e) => Err(e),
     }
-    Ok(file)
 }
 
 /// The name a backed-up path has at the top of its snapshot: its last component, or
@@ -867,5 +888,40 @@ mod tests {
         )
         .unwrap();
         assert!(open_as_listed(&path, &listed).is_err());
+    }
+
+    /// Regression: a non-blocking open fails with EAGAIN on a file under a lease (Samba and
+    /// the NFS server take them), so such files were left out of the backup. The holder
+    /// here (a python3 process, as a file server would) lets go when told to.
+    #[test]
+    fn a_file_under_a_lease_is_read_once_the_holder_lets_go() {
+        use std::io::{BufRead as _, Read as _};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leased");
+        std::fs::write(&path, b"served").unwrap();
+        let holder = "import fcntl, os, signal, sys, time\n\
+            fd = os.open(sys.argv[1], os.O_RDWR)\n\
+            signal.signal(signal.SIGIO, lambda *_: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK))\n\
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)\n\
+            print('leased', flush=True)\n\
+            time.sleep(30)\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", holder])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "leased\n", "the holder took its lease");
+        let listed = std::fs::symlink_metadata(&path).unwrap();
+        let opened = open_as_listed(&path, &listed);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut text = String::new();
+        opened.unwrap().read_to_string(&mut text).unwrap();
+        assert_eq!(text, "served");
     }
 }
