@@ -66,9 +66,18 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             buckets: BucketScope::All,
         }),
         (Err(_), Err(_)) => {}
+        // The repository commands take the ID from the variable and the secret from their
+        // config file: an environment set up for them names a key the gateway's file has.
+        (Ok(ak), Err(_)) if file.credentials.iter().any(|c| c.access_key_id == ak) => {}
         // Half a credential would be dropped, and the embedded default would then use
         // or generate others: say so instead.
-        _ => bail!("KURA_ACCESS_KEY_ID and KURA_SECRET_ACCESS_KEY go together"),
+        (Ok(ak), Err(_)) => bail!(
+            "KURA_ACCESS_KEY_ID ({ak}) is set without KURA_SECRET_ACCESS_KEY: the gateway \
+             needs both, or a [[credentials]] entry for {ak} in its config file"
+        ),
+        (Err(_), Ok(_)) => {
+            bail!("KURA_SECRET_ACCESS_KEY is set without KURA_ACCESS_KEY_ID: the two go together")
+        }
     }
     let (upstream, keyring, generated) =
         upstream_and_keyring(&args, &file, upstream_url, key_file, credentials.is_empty())?;
