@@ -614,6 +614,7 @@ impl<B: Backend> Writer<B> {
 
     fn save_tree(&mut self, tree: &Tree) -> Result<Id> {
         let json = serde_json::to_vec(tree).expect("tree serializes");
+        tree_fits(json.len())?;
         self.save_blob(BlobType::Tree, &json)
     }
 
@@ -824,6 +825,20 @@ fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<Fi
     }
 }
 
+/// Refuses a tree blob of `len` bytes that a pack cannot hold (a blob's length is 32 bits):
+/// a directory of a file with more than about 56 M chunks (a 56 TiB image at 1 MiB blocks),
+/// or of tens of millions of entries.
+fn tree_fits(len: usize) -> Result<()> {
+    if u32::try_from(len).is_err() {
+        return Err(RepoError::Invalid(format!(
+            "a directory's tree would take {len} bytes, more than a blob may hold (4 GiB): \
+             a file of more than about 56 M chunks, or a directory of tens of millions of \
+             entries, cannot be stored yet"
+        )));
+    }
+    Ok(())
+}
+
 /// The name a backed-up path has at the top of its snapshot: its last component, or
 /// `root` for `/` and `.`.
 fn top_name(path: &Path) -> std::ffi::OsString {
@@ -854,7 +869,19 @@ fn unique_top_names(list: &[PathBuf]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::open_as_listed;
+    use super::{open_as_listed, tree_fits};
+
+    /// Regression: a tree blob over 4 GiB (a file of more than about 56 M chunks) hit
+    /// `expect("chunks are under 4 GiB")`.
+    #[test]
+    fn a_tree_too_large_for_a_blob_is_an_error_not_a_panic() {
+        assert!(tree_fits(u32::MAX as usize).is_ok());
+        let err = tree_fits(u32::MAX as usize + 1).unwrap_err();
+        assert!(
+            err.to_string().contains("more than a blob may hold"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_file_replaced_after_its_listing_is_not_read() {
