@@ -45,6 +45,6 @@ pub use include::Include;
 pub use progress::Progress;
 pub use prune::{PruneReport, prune};
 pub use repository::Repository;
-pub use restore::{RestoreSummary, restore, restore_file, write_content};
+pub use restore::{FAILURES_IN_A_ROW, RestoreSummary, restore, restore_file, write_content};
 pub use snapshot::Snapshot;
 pub use tree::{Content, Node, NodeType, Tree};

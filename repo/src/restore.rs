@@ -21,7 +21,7 @@ use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::include::Include;
 use crate::repository::Repository;
-use crate::tree::{Content, Node, NodeType};
+use crate::tree::{Content, Node, NodeType, Tree};
 
 /// Counts of what a restore wrote.
 #[derive(Debug, Default)]
@@ -41,13 +41,23 @@ pub struct RestoreSummary {
     /// Metadata that could not be applied (xattrs, times, modes), as `path: what`; owners
     /// that need privileges are not listed.
     pub metadata_failed: Vec<String>,
+    /// Entries that could not be restored (content that failed verification or could not
+    /// be fetched, a damaged directory tree, a name the target refused), as `path: why`.
+    /// A file that failed is removed, never left with part of its content.
+    pub failed: Vec<String>,
 }
 
+/// Entries that may fail one after another before a restore gives up: a run that long is
+/// an outage of the storage, not damage to a few entries.
+pub const FAILURES_IN_A_ROW: usize = 16;
+
 /// Restores the tree `root` under `target` (created if missing): the entries `include`
-/// selects, with the directories leading to them.
+/// selects, with the directories leading to them. An entry that fails is listed in
+/// [`RestoreSummary::failed`] and the restore goes on with the next.
 ///
 /// # Errors
-/// Storage errors, blobs that fail verification, and local write errors.
+/// The root tree cannot be read or `target` created, or [`FAILURES_IN_A_ROW`] entries
+/// failed one after another (the last one's error).
 pub async fn restore<B: Backend>(
     repo: &Repository<B>,
     root: &Id,
@@ -60,8 +70,10 @@ pub async fn restore<B: Backend>(
         include,
         links: HashMap::new(),
         summary: RestoreSummary::default(),
+        in_a_row: 0,
     };
-    r.dir(root, target, "", false).await?;
+    let tree = r.repo.read_tree(root).await?;
+    r.dir(tree, target, "", false).await?;
     Ok(r.summary)
 }
 
@@ -117,16 +129,21 @@ struct Restorer<'a, B: Backend> {
     /// (dev, inode) of multiply-linked files already restored, and where.
     links: HashMap<(u64, u64), PathBuf>,
     summary: RestoreSummary,
+    /// Entries failed since the last one restored.
+    in_a_row: usize,
 }
 
 impl<B: Backend> Restorer<'_, B> {
     /// Restores the entries of one directory: all of them when `inside` (the directory
     /// itself was selected), else those `include` selects. Returns whether it wrote any.
-    async fn dir(&mut self, tree: &Id, dir: &Path, rel: &str, inside: bool) -> Result<bool> {
+    /// An error is an abort ([`Restorer::failed`]); entries that fail are listed.
+    async fn dir(&mut self, tree: Tree, dir: &Path, rel: &str, inside: bool) -> Result<bool> {
         let mut wrote = false;
-        let tree = self.repo.read_tree(tree).await?;
-        tree.check_names()
-            .map_err(|why| RepoError::corrupt("tree", format!("{why} in {rel:?}")))?;
+        if let Err(why) = tree.check_names() {
+            let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
+            self.failed(None, rel, e)?;
+            return Ok(false);
+        }
         // Directories are recursed into after this directory's files are written, and get
         // their metadata last (writing into a directory changes its mtime).
         let mut subdirs = Vec::new();
@@ -158,7 +175,7 @@ impl<B: Backend> Restorer<'_, B> {
                     if node.links > 1 {
                         let key = (node.dev, node.inode);
                         if let Some(first) = self.links.get(&key) {
-                            links.push((first.clone(), path));
+                            links.push((first.clone(), path, rel));
                             continue;
                         }
                         self.links.insert(key, path.clone());
@@ -169,43 +186,26 @@ impl<B: Backend> Restorer<'_, B> {
                         small.push((node, path, rel));
                     }
                 }
-                _ => self.link_or_special(node, &path, &rel)?,
+                _ => match self.link_or_special(node, &path, &rel) {
+                    Ok(()) => self.in_a_row = 0,
+                    Err(e) => self.failed(None, &rel, e)?,
+                },
             }
         }
 
-        // Files of at most one chunk, several at once (each is one range GET, and a tree of
-        // small files would otherwise wait on one round trip per file); larger files one at
-        // a time, with FETCH_AHEAD runs of chunks in flight. Memory: SMALL_FILES_AT_ONCE
-        // chunks plus FETCH_AHEAD * FETCH_SPAN bytes at most.
-        let repo = self.repo;
-        let mut done = futures::stream::iter(small)
-            .map(|(node, path, rel)| async move {
-                let n = new_file(repo, node, &path).await?;
-                Ok::<_, RepoError>((n, node, path, rel))
-            })
-            .buffer_unordered(SMALL_FILES_AT_ONCE);
-        while let Some(item) = done.next().await {
-            let (n, node, path, rel) = item?;
-            self.file_done(n, node, &path, &rel);
-        }
-        drop(done);
-        for (node, path, rel) in large {
-            let n = new_file(repo, node, &path).await?;
-            self.file_done(n, node, &path, &rel);
-        }
-        for (first, path) in links {
-            let _ = std::fs::remove_file(&path);
-            std::fs::hard_link(&first, &path).map_err(|e| RepoError::io(&path, e))?;
-            self.summary.files += 1;
-        }
+        self.write_files(small, large, links).await?;
         for (node, path, rel, matched) in subdirs {
             // A directory entered only because a pattern may match below it is removed
             // again when nothing did (unless it was there before), and a symlink that stood
             // in its place is put back.
-            let link = unlink_symlink(&path)?;
-            let existed = path.is_dir();
-            std::fs::create_dir_all(&path).map_err(|e| RepoError::io(&path, e))?;
-            let below = match &node.subtree {
+            let (link, existed, tree) = match self.enter(node, &path).await {
+                Ok(entered) => entered,
+                Err(e) => {
+                    self.failed(None, &rel, e)?;
+                    continue;
+                }
+            };
+            let below = match tree {
                 Some(sub) => Box::pin(self.dir(sub, &path, &rel, matched)).await?,
                 None => false,
             };
@@ -222,6 +222,67 @@ impl<B: Backend> Restorer<'_, B> {
             }
         }
         Ok(wrote)
+    }
+
+    /// Writes a directory's regular files: those of at most one chunk several at once
+    /// (each is one range GET, and a tree of small files would otherwise wait on one round
+    /// trip per file); larger ones one at a time, with `FETCH_AHEAD` runs of chunks in
+    /// flight; then the further names of hard-linked files. Memory: `SMALL_FILES_AT_ONCE`
+    /// chunks plus `FETCH_AHEAD * FETCH_SPAN` bytes at most.
+    async fn write_files(
+        &mut self,
+        small: Vec<(&Node, PathBuf, String)>,
+        large: Vec<(&Node, PathBuf, String)>,
+        links: Vec<(PathBuf, PathBuf, String)>,
+    ) -> Result<()> {
+        let repo = self.repo;
+        let mut done = futures::stream::iter(small)
+            .map(|(node, path, rel)| async move {
+                let n = new_file(repo, node, &path).await;
+                (n, node, path, rel)
+            })
+            .buffer_unordered(SMALL_FILES_AT_ONCE);
+        while let Some((n, node, path, rel)) = done.next().await {
+            match n {
+                Ok(n) => self.file_done(n, node, &path, &rel),
+                Err(e) => self.failed(Some(&path), &rel, e)?,
+            }
+        }
+        drop(done);
+        for (node, path, rel) in large {
+            match new_file(repo, node, &path).await {
+                Ok(n) => self.file_done(n, node, &path, &rel),
+                Err(e) => self.failed(Some(&path), &rel, e)?,
+            }
+        }
+        for (first, path, rel) in links {
+            let _ = std::fs::remove_file(&path);
+            match std::fs::hard_link(&first, &path) {
+                Ok(()) => {
+                    self.summary.files += 1;
+                    self.in_a_row = 0;
+                }
+                Err(e) => self.failed(None, &rel, RepoError::io(&path, e))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a directory node's tree, then makes its directory at `path`: returns the
+    /// target's symlink set aside there, whether a directory was there, and the tree.
+    async fn enter(
+        &self,
+        node: &Node,
+        path: &Path,
+    ) -> Result<(Option<PathBuf>, bool, Option<Tree>)> {
+        let tree = match &node.subtree {
+            Some(sub) => Some(self.repo.read_tree(sub).await?),
+            None => None,
+        };
+        let link = unlink_symlink(path)?;
+        let existed = path.is_dir();
+        std::fs::create_dir_all(path).map_err(|e| RepoError::io(path, e))?;
+        Ok((link, existed, tree))
     }
 
     /// A symlink, device node, FIFO or socket.
@@ -250,7 +311,22 @@ impl<B: Backend> Restorer<'_, B> {
         Ok(())
     }
 
+    /// Lists an entry that could not be restored, removing what a failed file left at
+    /// `file`; gives up (returns `e`) when [`FAILURES_IN_A_ROW`] entries failed in a row.
+    fn failed(&mut self, file: Option<&Path>, rel: &str, e: RepoError) -> Result<()> {
+        if let Some(path) = file {
+            let _ = std::fs::remove_file(path);
+        }
+        self.in_a_row += 1;
+        if self.in_a_row >= FAILURES_IN_A_ROW {
+            return Err(e);
+        }
+        self.summary.failed.push(format!("{rel}: {e}"));
+        Ok(())
+    }
+
     fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
+        self.in_a_row = 0;
         self.summary.bytes += bytes;
         self.summary.files += 1;
         self.repo.progress.add_file();

@@ -62,15 +62,19 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             s.special,
             s.bytes
         );
+        for p in &s.failed {
+            eprintln!("kura: failed: {p}");
+        }
         for p in &s.skipped {
             eprintln!("kura: not restored: {p}");
         }
         for p in &s.metadata_failed {
             eprintln!("kura: metadata not applied: {p}");
         }
-        if !s.skipped.is_empty() || !s.metadata_failed.is_empty() {
+        if !s.failed.is_empty() || !s.skipped.is_empty() || !s.metadata_failed.is_empty() {
             bail!(
-                "{} entries not restored and {} metadata failures (listed above)",
+                "{} entries failed, {} not restored and {} metadata failures (listed above)",
+                s.failed.len(),
                 s.skipped.len(),
                 s.metadata_failed.len()
             );

@@ -399,6 +399,27 @@ async fn init_refuses_an_existing_repository_and_open_names_a_missing_one() {
     assert!(matches!(missing, Err(RepoError::NotFound(_))));
 }
 
+/// Flips a byte in the middle of each of `packs` (the gateway's ciphertext), or with
+/// `everywhere` one in every 4 KiB.
+fn damage(packs: &[std::path::PathBuf], everywhere: bool) {
+    for f in packs {
+        let mut b = std::fs::read(f).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 1;
+        if everywhere {
+            b.iter_mut().step_by(4096).for_each(|x| *x ^= 1);
+        }
+        std::fs::write(f, b).unwrap();
+    }
+}
+
+fn packs(env: &Env) -> Vec<std::path::PathBuf> {
+    env.stored_files()
+        .into_iter()
+        .filter(|f| f.to_string_lossy().contains("/data/"))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
     let env = Env::start().await;
@@ -410,17 +431,86 @@ async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
     let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().join("f")]), opts())
         .await
         .unwrap();
-    // Flip a byte in the middle of every stored pack (the gateway's ciphertext).
-    for f in env
-        .stored_files()
-        .into_iter()
-        .filter(|f| f.to_string_lossy().contains("/data/"))
-    {
-        let mut b = std::fs::read(&f).unwrap();
-        let mid = b.len() / 2;
-        b[mid] ^= 1;
-        std::fs::write(&f, b).unwrap();
+    // The tree's pack too: the root tree cannot be read, and nothing can be restored.
+    damage(&packs(&env), false);
+    let out = tempfile::tempdir().unwrap();
+    let err = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        "{err}"
+    );
+}
+
+/// Regression: a restore stopped at the first file it could not restore, leaving the rest
+/// of the tree unrestored. Now it lists the file and goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::create_dir_all(data.join("sub")).unwrap();
+    std::fs::write(data.join("a.bin"), random(1 << 20, 11)).unwrap();
+    let mut repo = Repository::init(env.backend("part"), small_params())
+        .await
+        .unwrap();
+    // a.bin's blobs go into packs of their own, damaged below.
+    backup(&mut repo, Source::Paths(vec![data.join("a.bin")]), opts())
+        .await
+        .unwrap();
+    let damaged = packs(&env);
+    std::fs::write(data.join("b.bin"), random(1 << 20, 12)).unwrap();
+    std::fs::write(data.join("sub/c.txt"), b"small").unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    damage(&damaged, false);
+    let out = tempfile::tempdir().unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(
+        matches!(summary.failed.as_slice(), [f] if f.starts_with("data/a.bin: ")),
+        "{:?}",
+        summary.failed
+    );
+    assert!(!out.path().join("data/a.bin").exists());
+    assert!(std::fs::read(out.path().join("data/b.bin")).unwrap() == random(1 << 20, 12));
+    assert_eq!(
+        std::fs::read(out.path().join("data/sub/c.txt")).unwrap(),
+        b"small"
+    );
+}
+
+/// A run of failures as long as [`kura_repo::FAILURES_IN_A_ROW`] is an outage, not damage:
+/// the restore gives up rather than try every file of the tree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_gives_up_after_a_run_of_failures() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let (first, second) = (src.path().join("first"), src.path().join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    // One success (the new file) among them leaves a run of at least FAILURES_IN_A_ROW.
+    let n = 2 * kura_repo::FAILURES_IN_A_ROW + 2;
+    for i in 0..n {
+        std::fs::write(first.join(format!("f{i:02}")), random(4096, i as u64)).unwrap();
     }
+    let mut repo = Repository::init(env.backend("run"), small_params())
+        .await
+        .unwrap();
+    backup(&mut repo, Source::Paths(vec![first.clone()]), opts())
+        .await
+        .unwrap();
+    let damaged = packs(&env);
+    // The same files with one more: its trees are new (in a pack of their own), its
+    // files' blobs all in the damaged packs.
+    std::fs::rename(&first, &second).unwrap();
+    std::fs::write(second.join("zz"), b"new").unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![second]), opts())
+        .await
+        .unwrap();
+    damage(&damaged, true);
     let out = tempfile::tempdir().unwrap();
     let err = restore(&repo, &snap.tree, out.path(), &Include::all())
         .await
