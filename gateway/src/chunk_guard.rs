@@ -13,7 +13,12 @@
 //! - an unsigned chunk above [`MAX_CHUNK`] is re-framed into chunks of [`PIECE`] bytes (the
 //!   data passes unchanged, only the size lines are new; nothing signs them), and any chunk
 //!   longer than the declared decoded length is refused at its header;
-//! - a header line longer than any valid one is refused.
+//! - a header line that is not 1 to 8 hex digits followed by `\r\n` or by `;` and an
+//!   extension ending in `\r\n` is refused. s3s reads only the first 8 hex digits of a
+//!   size and ignores what follows them up to `;` or `\r` (`ffffffff \r\n`,
+//!   `000000010\r\n`), so a looser reading here could bound a different size than the
+//!   one s3s buffers;
+//! - after an error the guard stays failed and passes nothing more.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -34,6 +39,9 @@ pub(crate) const PIECE: u64 = 1 << 20;
 /// Longest chunk header line: the size in hex, `;chunk-signature=` and 64 hex digits.
 const MAX_HEADER_LINE: usize = 256;
 
+/// Most hex digits in a chunk size: s3s reads a size as a `u32`.
+const MAX_SIZE_DIGITS: u8 = 8;
+
 /// Whether the chunks of a body carry signatures, from its `x-amz-content-sha256`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -44,12 +52,22 @@ pub(crate) enum Framing {
     Unsigned { decoded: Option<u64> },
 }
 
+/// Where in a chunk header line the next byte lies.
+#[derive(Clone, Copy)]
+enum Line {
+    /// The size: this many hex digits read so far.
+    Digits(u8),
+    /// A `;` extension, up to the line's end.
+    Ext,
+    /// The `\r` after the size: only `\n` may follow.
+    Cr,
+}
+
 /// Where in the framing the next byte lies.
 #[derive(Clone, Copy)]
 enum At {
-    /// A chunk header, held back until its line ends: `size` so far from its hex digits,
-    /// `digits` still being read, `ext` whether a `;` extension follows them.
-    Header { size: u64, digits: bool, ext: bool },
+    /// A chunk header, held back until its line ends: `size` so far from its hex digits.
+    Header { size: u64, line: Line },
     /// Chunk data and its closing CRLF, passed as they come: `left` bytes.
     Data { left: u64 },
     /// Data of a re-framed chunk: `left` bytes of it, `piece` of them in the current piece.
@@ -57,9 +75,10 @@ enum At {
     /// The CRLF closing a re-framed chunk: `seen` bytes of it read (it is not passed on:
     /// each piece got its own).
     CutEnd { seen: usize },
-    /// After the last (empty) chunk: trailers, which s3s bounds itself; or framing this
-    /// guard does not follow, which s3s refuses.
+    /// After the last (empty) chunk: trailers, which s3s bounds and checks itself.
     Done,
+    /// The framing broke the bound or the grammar: nothing more goes out.
+    Failed,
 }
 
 /// The body of an aws-chunked request, checked (and re-framed) as it passes.
@@ -84,11 +103,7 @@ impl ChunkGuard {
         Self {
             inner,
             framing,
-            at: At::Header {
-                size: 0,
-                digits: true,
-                ext: false,
-            },
+            at: header(),
             line: Vec::new(),
             declared: 0,
             out: VecDeque::new(),
@@ -102,6 +117,7 @@ impl ChunkGuard {
         let mut at = 0;
         while at < bytes.len() {
             match self.at {
+                At::Failed => return Err("an aws-chunked body continued after an error"),
                 At::Done => {
                     self.out.push_back(bytes.slice(at..));
                     return Ok(());
@@ -146,41 +162,49 @@ impl ChunkGuard {
                         At::CutEnd { seen: 1 }
                     };
                 }
-                At::Header {
-                    mut size,
-                    mut digits,
-                    mut ext,
-                } => {
+                At::Header { size, line } => {
                     let b = bytes[at];
                     at += 1;
                     self.line.push(b);
                     if self.line.len() > MAX_HEADER_LINE {
                         return Err("an aws-chunked chunk header line is too long");
                     }
-                    if b == b'\n' {
-                        self.end_header(size, ext)?;
-                        continue;
-                    }
-                    if digits {
-                        match (b as char).to_digit(16) {
-                            Some(d) => {
-                                size = size
-                                    .checked_mul(16)
-                                    .and_then(|s| s.checked_add(u64::from(d)))
-                                    .ok_or("an aws-chunked chunk size is out of range")?;
-                                self.check_size(size)?;
-                            }
-                            None if b == b';' => (digits, ext) = (false, true),
-                            None if b == b'\r' => digits = false,
-                            // Not framing this guard follows: s3s refuses it.
-                            None => {
-                                self.out.push_back(std::mem::take(&mut self.line).into());
-                                self.at = At::Done;
-                                continue;
+                    self.at = match (line, b) {
+                        (Line::Digits(n), _) if n < MAX_SIZE_DIGITS && b.is_ascii_hexdigit() => {
+                            let size = size * 16 + u64::from((b as char).to_digit(16).unwrap_or(0));
+                            self.check_size(size)?;
+                            At::Header {
+                                size,
+                                line: Line::Digits(n + 1),
                             }
                         }
-                    }
-                    self.at = At::Header { size, digits, ext };
+                        (Line::Digits(n), b';') if n > 0 => At::Header {
+                            size,
+                            line: Line::Ext,
+                        },
+                        (Line::Digits(n), b'\r') if n > 0 => At::Header {
+                            size,
+                            line: Line::Cr,
+                        },
+                        (Line::Digits(_), _) => {
+                            return Err("an aws-chunked chunk size is not 1 to 8 hex digits");
+                        }
+                        (Line::Ext, b'\n') if self.line.ends_with(b"\r\n") => {
+                            self.end_header(size, true)?;
+                            continue;
+                        }
+                        (Line::Ext, b'\n') => {
+                            return Err("an aws-chunked chunk header does not end with CRLF");
+                        }
+                        (Line::Ext, _) => At::Header { size, line },
+                        (Line::Cr, b'\n') => {
+                            self.end_header(size, false)?;
+                            continue;
+                        }
+                        (Line::Cr, _) => {
+                            return Err("an aws-chunked chunk size is not followed by CRLF");
+                        }
+                    };
                 }
             }
         }
@@ -233,8 +257,7 @@ impl ChunkGuard {
 fn header() -> At {
     At::Header {
         size: 0,
-        digits: true,
-        ext: false,
+        line: Line::Digits(0),
     }
 }
 
@@ -257,15 +280,18 @@ impl Stream for ChunkGuard {
             match std::task::ready!(Pin::new(&mut self.inner).poll_next(cx)) {
                 Some(Ok(bytes)) => {
                     if let Err(why) = self.follow(&bytes) {
-                        self.at = At::Done;
+                        self.at = At::Failed;
                         self.out.clear();
+                        self.line.clear();
+                        self.ended = true;
                         return Poll::Ready(Some(Err(why.into())));
                     }
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 None => {
-                    // A header line held back at the end goes on, so that s3s reports the
-                    // framing as incomplete.
+                    // A header line held back at the end goes on. s3s then ends its stream
+                    // short of the declared length, which the upload's body check
+                    // (`body.rs`, `verify_end`) refuses as an incomplete body.
                     self.ended = true;
                     let line = std::mem::take(&mut self.line);
                     if !line.is_empty() {
@@ -327,7 +353,7 @@ mod tests {
         assert!(follow(&[b"ffff", b"ffff;chunk-signature=0\r\n"]).is_err());
         // After a first chunk too.
         assert!(follow(&[b"3\r\nabc\r\n", b"2000000\r\n"]).is_err());
-        assert!(follow(&[&[b'1'; 300]]).is_err());
+        assert!(follow(&[&[b'0'; 300]]).is_err());
         assert!(follow(&[b"5;", &[b'x'; 300]]).is_err());
         let gib = Framing::Unsigned {
             decoded: Some(1 << 30),
@@ -341,6 +367,83 @@ mod tests {
             run(UNSIGNED, &[b"1000001\r\n"]).is_err(),
             "no declared length"
         );
+    }
+
+    /// Regression: s3s reads the first 8 hex digits of a size and ignores the rest of the
+    /// field, so each of these would have been bounded at one size and buffered at another.
+    #[test]
+    fn a_header_s3s_would_read_differently_fails() {
+        let gib = Framing::Unsigned {
+            decoded: Some(1 << 40),
+        };
+        for line in [
+            &b"1 \r\n"[..],
+            b"ffffffff \r\n",
+            b"000000010\r\n",
+            b"100000000\r\n",
+            b"1x\r\n",
+            b"x\r\n",
+            b"\r\n",
+            b";chunk-signature=0\r\n",
+            b"5\n",
+            b"5\rx\n",
+            b"5;x=y\n",
+        ] {
+            for framing in [Framing::Signed, gib] {
+                assert!(
+                    run(framing, &[line]).is_err(),
+                    "{}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+        assert!(
+            run(gib, &[b"00000010\r\n"]).is_ok(),
+            "8 digits with leading zeros"
+        );
+        assert!(run(gib, &[b"A;x=y\r\n"]).is_ok(), "upper-case hex");
+    }
+
+    /// A body that yields the given pieces.
+    struct Pieces(VecDeque<Bytes>);
+
+    impl Stream for Pieces {
+        type Item = Result<Bytes, StdError>;
+
+        fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    impl ByteStream for Pieces {}
+
+    #[test]
+    fn a_guard_that_failed_passes_nothing_more() {
+        use futures::StreamExt;
+        let pieces = [&b"3\r\nab"[..], b"c\r\n1 \r\n", b"3\r\nabc\r\n0\r\n\r\n"];
+        let inner: s3s::stream::DynByteStream = Box::pin(Pieces(
+            pieces.iter().map(|p| Bytes::from_static(p)).collect(),
+        ));
+        let mut g = ChunkGuard::new(inner.into(), Framing::Signed);
+        let mut got = Vec::new();
+        futures::executor::block_on(async {
+            while let Some(item) = g.next().await {
+                got.push(item.map_err(|e| e.to_string()));
+            }
+        });
+        let errors = got.iter().filter(|i| i.is_err()).count();
+        assert_eq!(errors, 1, "{got:?}");
+        assert!(
+            got.last().unwrap().is_err(),
+            "nothing after the error: {got:?}"
+        );
+        let passed: Vec<u8> = got.iter().flatten().flat_map(|b| b.to_vec()).collect();
+        // What the failing piece queued is dropped with it.
+        assert_eq!(passed, b"3\r\nab");
+        let mut g = ChunkGuard::new(s3s::Body::empty(), Framing::Signed);
+        g.at = At::Failed;
+        assert!(g.follow(&Bytes::from_static(b"3\r\nabc\r\n")).is_err());
+        assert!(g.out.is_empty());
     }
 
     /// Regression: the AWS common runtime sends a whole part as one unsigned chunk.
@@ -388,8 +491,7 @@ mod tests {
         assert!(run(declared(10), &[b"ffffffff\r\n"]).is_err());
         assert!(run(declared(10), &[b"a\r\n0123456789\r\n1\r\n"]).is_err());
         assert!(run(declared(10), &[b"a\r\n0123456789\r\n0\r\n"]).is_ok());
-        assert!(run(declared(u64::MAX), &[b"fffffffffffffffff\r\n"]).is_err());
-        assert!(run(declared(u64::MAX), &[b"ffffffffffffffff\r\n"]).is_ok());
+        assert!(run(declared(u64::MAX), &[b"ffffffff\r\n"]).is_ok());
         let size = MAX_CHUNK + 1;
         let mut body = format!("{size:x}\r\n").into_bytes();
         body.resize(body.len() + usize::try_from(size).unwrap(), b'x');
