@@ -4,7 +4,7 @@
 //! and checked against their IDs; holes (`zero` entries) are skipped, so restored files
 //! are sparse where the source was zero.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt as _;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, FileType};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::include::Include;
@@ -47,8 +47,10 @@ pub struct RestoreSummary {
     pub failed: Vec<String>,
 }
 
-/// Entries that may fail one after another before a restore gives up: a run that long is
-/// an outage of the storage, not damage to a few entries.
+/// Entries that may fail one after another before a restore asks whether the storage still
+/// serves the repository (one GET of its `config`). Damage fails entries in long runs too
+/// (small files share packs), so the run alone decides nothing: the restore gives up only
+/// when that GET fails as well, which is an outage, and otherwise goes on.
 pub const FAILURES_IN_A_ROW: usize = 16;
 
 /// Restores the tree `root` under `target` (created if missing): the entries `include`
@@ -57,7 +59,8 @@ pub const FAILURES_IN_A_ROW: usize = 16;
 ///
 /// # Errors
 /// The root tree cannot be read or `target` created, or [`FAILURES_IN_A_ROW`] entries
-/// failed one after another (the last one's error).
+/// failed one after another and the storage no longer serves the repository's `config`
+/// (the last entry's error).
 pub async fn restore<B: Backend>(
     repo: &Repository<B>,
     root: &Id,
@@ -69,6 +72,7 @@ pub async fn restore<B: Backend>(
         repo,
         include,
         links: HashMap::new(),
+        failed_files: HashSet::new(),
         summary: RestoreSummary::default(),
         in_a_row: 0,
     };
@@ -128,6 +132,8 @@ struct Restorer<'a, B: Backend> {
     include: &'a Include,
     /// (dev, inode) of multiply-linked files already restored, and where.
     links: HashMap<(u64, u64), PathBuf>,
+    /// Files whose content failed: their further hard-link names cannot be made.
+    failed_files: HashSet<PathBuf>,
     summary: RestoreSummary,
     /// Entries failed since the last one restored.
     in_a_row: usize,
@@ -141,7 +147,7 @@ impl<B: Backend> Restorer<'_, B> {
         let mut wrote = false;
         if let Err(why) = tree.check_names() {
             let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
-            self.failed(None, rel, e)?;
+            self.failed(rel, e).await?;
             return Ok(false);
         }
         // Directories are recursed into after this directory's files are written, and get
@@ -188,7 +194,7 @@ impl<B: Backend> Restorer<'_, B> {
                 }
                 _ => match self.link_or_special(node, &path, &rel) {
                     Ok(()) => self.in_a_row = 0,
-                    Err(e) => self.failed(None, &rel, e)?,
+                    Err(e) => self.failed(&rel, e).await?,
                 },
             }
         }
@@ -201,7 +207,7 @@ impl<B: Backend> Restorer<'_, B> {
             let (link, existed, tree) = match self.enter(node, &path).await {
                 Ok(entered) => entered,
                 Err(e) => {
-                    self.failed(None, &rel, e)?;
+                    self.failed(&rel, e).await?;
                     continue;
                 }
             };
@@ -215,9 +221,12 @@ impl<B: Backend> Restorer<'_, B> {
                 self.apply_meta(&path, node, &rel);
             } else if !existed {
                 let _ = std::fs::remove_dir(&path);
-                if let Some(target) = link {
-                    std::os::unix::fs::symlink(&target, &path)
-                        .map_err(|e| RepoError::io(&path, e))?;
+                if let Some(target) = link
+                    && let Err(e) = std::os::unix::fs::symlink(&target, &path)
+                {
+                    let e = RepoError::io(&path, e);
+                    self.failed(&format!("{rel} (the symlink that was there)"), e)
+                        .await?;
                 }
             }
         }
@@ -245,24 +254,32 @@ impl<B: Backend> Restorer<'_, B> {
         while let Some((n, node, path, rel)) = done.next().await {
             match n {
                 Ok(n) => self.file_done(n, node, &path, &rel),
-                Err(e) => self.failed(Some(&path), &rel, e)?,
+                Err(e) => self.file_failed(path, &rel, e).await?,
             }
         }
         drop(done);
         for (node, path, rel) in large {
             match new_file(repo, node, &path).await {
                 Ok(n) => self.file_done(n, node, &path, &rel),
-                Err(e) => self.failed(Some(&path), &rel, e)?,
+                Err(e) => self.file_failed(path, &rel, e).await?,
             }
         }
         for (first, path, rel) in links {
+            if self.failed_files.contains(&first) {
+                // Listed, but not another failure of the storage: the first name's was.
+                self.summary.failed.push(format!(
+                    "{rel}: a hard link of {}, which could not be restored",
+                    first.display()
+                ));
+                continue;
+            }
             let _ = std::fs::remove_file(&path);
             match std::fs::hard_link(&first, &path) {
                 Ok(()) => {
                     self.summary.files += 1;
                     self.in_a_row = 0;
                 }
-                Err(e) => self.failed(None, &rel, RepoError::io(&path, e))?,
+                Err(e) => self.failed(&rel, RepoError::io(&path, e)).await?,
             }
         }
         Ok(())
@@ -281,7 +298,12 @@ impl<B: Backend> Restorer<'_, B> {
         };
         let link = unlink_symlink(path)?;
         let existed = path.is_dir();
-        std::fs::create_dir_all(path).map_err(|e| RepoError::io(path, e))?;
+        if let Err(e) = std::fs::create_dir_all(path) {
+            if let Some(target) = &link {
+                let _ = std::os::unix::fs::symlink(target, path);
+            }
+            return Err(RepoError::io(path, e));
+        }
         Ok((link, existed, tree))
     }
 
@@ -311,18 +333,25 @@ impl<B: Backend> Restorer<'_, B> {
         Ok(())
     }
 
-    /// Lists an entry that could not be restored, removing what a failed file left at
-    /// `file`; gives up (returns `e`) when [`FAILURES_IN_A_ROW`] entries failed in a row.
-    fn failed(&mut self, file: Option<&Path>, rel: &str, e: RepoError) -> Result<()> {
-        if let Some(path) = file {
-            let _ = std::fs::remove_file(path);
-        }
+    /// Lists an entry that could not be restored. After [`FAILURES_IN_A_ROW`] in a row,
+    /// gives up (returns `e`) if the storage no longer serves the repository's `config`,
+    /// and otherwise counts a new run.
+    async fn failed(&mut self, rel: &str, e: RepoError) -> Result<()> {
         self.in_a_row += 1;
         if self.in_a_row >= FAILURES_IN_A_ROW {
-            return Err(e);
+            if self.repo.backend().get(FileType::Config, "").await.is_err() {
+                return Err(e);
+            }
+            self.in_a_row = 0;
         }
         self.summary.failed.push(format!("{rel}: {e}"));
         Ok(())
+    }
+
+    /// A regular file that could not be restored ([`new_file`] removed what it wrote).
+    async fn file_failed(&mut self, path: PathBuf, rel: &str, e: RepoError) -> Result<()> {
+        self.failed_files.insert(path);
+        self.failed(rel, e).await
     }
 
     fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
@@ -345,22 +374,29 @@ pub const SMALL_FILES_AT_ONCE: usize = 16;
 
 /// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
 /// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
-/// system allows it.
+/// system allows it. A file whose content then fails is removed, never left with part of
+/// it; a file that could not be opened is left as it was (an in-place restore onto a file
+/// it may not write must not delete it).
 async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
     unlink_symlink(path)?;
-    if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
+    let written = if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
         && let Some(f) = crate::direct::create(path).map_err(|e| RepoError::io(path, e))?
     {
-        return write_file_direct(repo, node, f, path).await;
+        write_file_direct(repo, node, f, path).await
+    } else {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(NO_FOLLOW)
+            .open(path)
+            .map_err(|e| RepoError::io(path, e))?;
+        write_file(repo, node, &f, path, Holes::Skip).await
+    };
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
     }
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(NO_FOLLOW)
-        .open(path)
-        .map_err(|e| RepoError::io(path, e))?;
-    write_file(repo, node, &f, path, Holes::Skip).await
+    written
 }
 
 /// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their

@@ -483,34 +483,75 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     );
 }
 
-/// A run of failures as long as [`kura_repo::FAILURES_IN_A_ROW`] is an outage, not damage:
-/// the restore gives up rather than try every file of the tree.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restore_gives_up_after_a_run_of_failures() {
-    let env = Env::start().await;
+/// A repository at `prefix` with a snapshot of `2 * FAILURES_IN_A_ROW + 2` files of 4 KiB,
+/// a hard link `link` to `f00`, and one new file `zz`: the old files' blobs lie in packs
+/// (shared) that are then damaged, `zz`'s blobs and the trees in packs of their own.
+/// Returns the repository, the snapshot and the number of damaged files.
+async fn repository_with_a_run_of_damage(
+    env: &Env,
+    prefix: &str,
+) -> (Repository<kura_repo::S3Backend>, kura_repo::Snapshot, usize) {
     let src = tempfile::tempdir().unwrap();
     let (first, second) = (src.path().join("first"), src.path().join("second"));
     std::fs::create_dir_all(&first).unwrap();
-    // One success (the new file) among them leaves a run of at least FAILURES_IN_A_ROW.
     let n = 2 * kura_repo::FAILURES_IN_A_ROW + 2;
     for i in 0..n {
         std::fs::write(first.join(format!("f{i:02}")), random(4096, i as u64)).unwrap();
     }
-    let mut repo = Repository::init(env.backend("run"), small_params())
+    std::fs::hard_link(first.join("f00"), first.join("link")).unwrap();
+    let mut repo = Repository::init(env.backend(prefix), small_params())
         .await
         .unwrap();
     backup(&mut repo, Source::Paths(vec![first.clone()]), opts())
         .await
         .unwrap();
-    let damaged = packs(&env);
-    // The same files with one more: its trees are new (in a pack of their own), its
-    // files' blobs all in the damaged packs.
+    let damaged = packs(env);
     std::fs::rename(&first, &second).unwrap();
     std::fs::write(second.join("zz"), b"new").unwrap();
     let (_, snap) = backup(&mut repo, Source::Paths(vec![second]), opts())
         .await
         .unwrap();
     damage(&damaged, true);
+    (repo, snap, n)
+}
+
+/// Regression: a restore gave up after `FAILURES_IN_A_ROW` failures in a row, and small
+/// files share packs, so one damaged pack stopped it. Now a run that long only makes it
+/// check that the storage still serves the repository.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_of_failures_from_damaged_packs_does_not_stop_the_restore() {
+    let env = Env::start().await;
+    let (repo, snap, n) = repository_with_a_run_of_damage(&env, "run").await;
+    let out = tempfile::tempdir().unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed.len(), n + 1, "{:?}", summary.failed);
+    assert!(
+        summary
+            .failed
+            .iter()
+            .any(|f| f.starts_with("second/link: a hard link of ")),
+        "the further name of a failed file says why: {:?}",
+        summary.failed
+    );
+    assert_eq!(std::fs::read(out.path().join("second/zz")).unwrap(), b"new");
+    assert!(!out.path().join("second/f00").exists());
+}
+
+/// A run of failures while the storage no longer serves the repository (its `config` is
+/// gone) is an outage: the restore gives up rather than try every file of the tree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_the_repository() {
+    let env = Env::start().await;
+    let (repo, snap, _) = repository_with_a_run_of_damage(&env, "gone").await;
+    let config: Vec<_> = env
+        .stored_files()
+        .into_iter()
+        .filter(|f| f.ends_with("gone/config"))
+        .collect();
+    assert_eq!(config.len(), 1, "{config:?}");
+    std::fs::remove_file(&config[0]).unwrap();
     let out = tempfile::tempdir().unwrap();
     let err = restore(&repo, &snap.tree, out.path(), &Include::all())
         .await
@@ -518,6 +559,54 @@ async fn a_restore_gives_up_after_a_run_of_failures() {
     assert!(
         matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
         "{err}"
+    );
+}
+
+/// Regression: an in-place restore removed a file it could not open for writing (here a
+/// running program, which Linux refuses to open for writing even to root: ETXTBSY), so a
+/// failed restore deleted what it had not replaced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_the_restore_cannot_open_is_left_as_it_was() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("prog"), b"the snapshot's prog").unwrap();
+    std::fs::write(data.join("other"), b"other").unwrap();
+    let mut repo = Repository::init(env.backend("busy"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let prog = out.path().join("data/prog");
+    std::fs::create_dir_all(prog.parent().unwrap()).unwrap();
+    std::fs::copy("/bin/sleep", &prog).unwrap();
+    let mut running = std::process::Command::new(&prog).arg("60").spawn().unwrap();
+    let busy = std::fs::OpenOptions::new().write(true).open(&prog);
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all()).await;
+    running.kill().unwrap();
+    running.wait().unwrap();
+    assert_eq!(
+        busy.map(drop).map_err(|e| e.raw_os_error()),
+        Err(Some(26)),
+        "this test needs a kernel that refuses to open a running program for writing (ETXTBSY)"
+    );
+    let summary = summary.unwrap();
+    assert!(
+        matches!(summary.failed.as_slice(), [f] if f.starts_with("data/prog: ")),
+        "{:?}",
+        summary.failed
+    );
+    assert_eq!(
+        std::fs::read(&prog).unwrap(),
+        std::fs::read("/bin/sleep").unwrap(),
+        "the program is still there"
+    );
+    assert_eq!(
+        std::fs::read(out.path().join("data/other")).unwrap(),
+        b"other"
     );
 }
 
