@@ -104,7 +104,7 @@ pub async fn backup<B: Backend>(
     // before it deletes the mark, so a mark gone by now means an index read now no longer
     // lists its packs. The index the repository was opened with may be older than that.
     let marked = crate::prune::marked_packs(repo).await?;
-    repo.load_index().await?;
+    repo.refresh_index().await?;
     let parent_root = match &opts.parent {
         Some(id) => Some(repo.load_snapshot(id).await?.tree),
         None => None,

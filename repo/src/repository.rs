@@ -21,8 +21,16 @@ pub struct Repository<B: Backend> {
     pub(crate) backend: Arc<B>,
     pub(crate) config: Arc<Config>,
     pub(crate) index: Arc<Index>,
+    /// The index objects `index` was loaded from (sorted): content-addressed, so the same
+    /// names listed again mean the same index.
+    index_names: Arc<Vec<String>>,
     pub(crate) progress: Arc<Progress>,
 }
+
+/// Times `load_index` lists the index objects again when one it listed is gone by the time
+/// it reads it (a prune writes the replacement of an index object before it deletes it, so
+/// a new listing has the replacement).
+const LIST_AGAIN: usize = 3;
 
 /// A cheap copy sharing storage, config and the index as loaded: for work on another
 /// thread (a backup's reader), never for writing the index.
@@ -32,6 +40,7 @@ impl<B: Backend> Clone for Repository<B> {
             backend: self.backend.clone(),
             config: self.config.clone(),
             index: self.index.clone(),
+            index_names: self.index_names.clone(),
             progress: self.progress.clone(),
         }
     }
@@ -54,6 +63,7 @@ impl<B: Backend> Repository<B> {
             backend: Arc::new(backend),
             config: Arc::new(config),
             index: Arc::default(),
+            index_names: Arc::default(),
             progress: Arc::default(),
         })
     }
@@ -76,6 +86,7 @@ impl<B: Backend> Repository<B> {
             backend: Arc::new(backend),
             config: Arc::new(config),
             index: Arc::default(),
+            index_names: Arc::default(),
             progress: Arc::default(),
         };
         repo.load_index().await?;
@@ -103,24 +114,64 @@ impl<B: Backend> Repository<B> {
     }
 
     /// Reads every index object (each checked against its name) and makes them the index.
+    /// One that is gone between the listing and its read makes it list again (up to
+    /// `LIST_AGAIN` times), keeping the objects already read.
     pub(crate) async fn load_index(&mut self) -> Result<BTreeMap<String, IndexJson>> {
+        let mut read: BTreeMap<String, IndexJson> = BTreeMap::new();
+        let mut again = 0;
+        let names = 'list: loop {
+            let mut names = self.index_names_listed().await?;
+            for name in &names {
+                if read.contains_key(name) {
+                    continue;
+                }
+                let bytes = match self.backend.get(FileType::Index, name).await {
+                    Err(RepoError::NotFound(_)) if again < LIST_AGAIN => {
+                        again += 1;
+                        continue 'list;
+                    }
+                    got => got?,
+                };
+                let what = format!("index/{name}");
+                if self.config.id_key.id(&bytes).to_hex() != *name {
+                    return Err(RepoError::corrupt(what, "content does not match its name"));
+                }
+                let json: IndexJson =
+                    serde_json::from_slice(&bytes).map_err(|e| RepoError::corrupt(&what, e))?;
+                read.insert(name.clone(), json);
+            }
+            read.retain(|name, _| names.binary_search(name).is_ok());
+            names.shrink_to_fit();
+            break names;
+        };
         let mut index = Index::default();
-        let mut objects = BTreeMap::new();
-        for (name, _) in self.backend.list(FileType::Index).await? {
-            let what = format!("index/{name}");
-            let bytes = self.backend.get(FileType::Index, &name).await?;
-            if self.config.id_key.id(&bytes).to_hex() != name {
-                return Err(RepoError::corrupt(what, "content does not match its name"));
-            }
-            let json: IndexJson =
-                serde_json::from_slice(&bytes).map_err(|e| RepoError::corrupt(&what, e))?;
+        for (name, json) in &read {
             for pack in &json.packs {
-                index.add_pack(pack, &what)?;
+                index.add_pack(pack, &format!("index/{name}"))?;
             }
-            objects.insert(name, json);
         }
         self.index = Arc::new(index);
-        Ok(objects)
+        self.index_names = Arc::new(names);
+        Ok(read)
+    }
+
+    /// Loads the index again unless the index objects listed now are those it was loaded
+    /// from (a backup opened a while ago must see what prunes did since).
+    pub(crate) async fn refresh_index(&mut self) -> Result<()> {
+        if self.index_names_listed().await? == *self.index_names {
+            return Ok(());
+        }
+        self.load_index().await.map(drop)
+    }
+
+    /// The names of the index objects, sorted.
+    async fn index_names_listed(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = (self.backend.list(FileType::Index).await?)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        Ok(names)
     }
 
     /// The configuration.

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use kura_repo::{Include, KeepPolicy, Repository, Source, backup, check, forget, prune, restore};
+use kura_repo::{
+    Backend as _, FileType, Include, KeepPolicy, Repository, Source, backup, check, forget, prune,
+    restore,
+};
 
 use crate::backup_restore::{opts, small_params};
 use crate::harness::{Env, random};
@@ -341,4 +344,78 @@ async fn diff_lists_added_removed_and_changed_paths() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Fault injection no real server times on demand: the first index object read is deleted
+/// just before it is read, as a prune that replaced it does between a listing and the read.
+struct IndexDeletedBeforeFirstRead {
+    inner: kura_repo::S3Backend,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl kura_repo::Backend for IndexDeletedBeforeFirstRead {
+    async fn put(&self, ft: FileType, name: &str, data: bytes::Bytes) -> kura_repo::Result<()> {
+        self.inner.put(ft, name, data).await
+    }
+    async fn get(&self, ft: FileType, name: &str) -> kura_repo::Result<bytes::Bytes> {
+        if ft == FileType::Index && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.inner.delete(ft, name).await?;
+        }
+        self.inner.get(ft, name).await
+    }
+    async fn get_range(
+        &self,
+        ft: FileType,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> kura_repo::Result<bytes::Bytes> {
+        self.inner.get_range(ft, name, offset, len).await
+    }
+    async fn exists(&self, ft: FileType, name: &str) -> kura_repo::Result<bool> {
+        self.inner.exists(ft, name).await
+    }
+    async fn list(&self, ft: FileType) -> kura_repo::Result<Vec<(String, u64)>> {
+        self.inner.list(ft).await
+    }
+    async fn delete(&self, ft: FileType, name: &str) -> kura_repo::Result<()> {
+        self.inner.delete(ft, name).await
+    }
+    async fn modified(&self, ft: FileType, name: &str) -> kura_repo::Result<Option<i64>> {
+        self.inner.modified(ft, name).await
+    }
+}
+
+/// Regression: opening a repository failed with NotFound when a prune deleted an index
+/// object between the listing and its read. Now the index objects are listed again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.bin"), random(1 << 20, 3)).unwrap();
+    std::fs::write(src.path().join("b.bin"), random(1 << 20, 4)).unwrap();
+    let mut repo = Repository::init(env.backend("relist"), small_params())
+        .await
+        .unwrap();
+    for f in ["a.bin", "b.bin"] {
+        backup(&mut repo, Source::Paths(vec![src.path().join(f)]), opts())
+            .await
+            .unwrap();
+    }
+    let listed = env.backend("relist").list(FileType::Index).await.unwrap();
+    assert!(listed.len() >= 2, "{listed:?}");
+    let faulty = IndexDeletedBeforeFirstRead {
+        inner: env.backend("relist"),
+        done: false.into(),
+    };
+    let opened = Repository::open(faulty).await.unwrap();
+    assert!(
+        opened
+            .backend()
+            .done
+            .load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert!(!opened.index().is_empty(), "the other objects were read");
+    let left = env.backend("relist").list(FileType::Index).await.unwrap();
+    assert_eq!(left.len(), listed.len() - 1);
 }
