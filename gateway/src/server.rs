@@ -192,6 +192,7 @@ impl App {
     /// paths share the S3 port) cannot drive upstream calls, which B2 bills, at their own
     /// rate.
     async fn upstream_ready(&self) -> Result<(), String> {
+        // Held across the upstream calls on purpose: concurrent probes wait for one answer.
         let mut last = self.ready.lock().await;
         if let Some((at, answer)) = last.as_ref()
             && at.elapsed() < READY_FOR

@@ -812,8 +812,14 @@ fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<Fi
     // lease (Samba, the NFS server) waits for the holder to let go rather than failing.
     let handle = open(path, OFlags::PATH | OFlags::NOFOLLOW)?;
     same(&handle)?;
+    // The wait is the kernel's: a holder that does not let go is broken after
+    // /proc/sys/fs/lease-break-time (45 s by default), so a hostile one costs that much
+    // per file, never a hang.
     match File::open(format!("/proc/self/fd/{}", handle.as_raw_fd())) {
-        Ok(file) => Ok(file),
+        Ok(file) => {
+            same(&file)?;
+            Ok(file)
+        }
         // No /proc (a bare container): a non-blocking open cannot hang on a FIFO swapped
         // in since, but fails on a leased file.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -936,13 +942,18 @@ mod tests {
             .args(["-c", holder])
             .arg(&path)
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("python3 runs");
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line, "leased\n", "the holder took its lease");
+        if line != "leased\n" {
+            let mut why = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut why);
+            panic!("the lease holder could not take a write lease (F_SETLEASE): {why}");
+        }
         let listed = std::fs::symlink_metadata(&path).unwrap();
         let opened = open_as_listed(&path, &listed);
         child.kill().unwrap();
