@@ -346,19 +346,35 @@ async fn diff_lists_added_removed_and_changed_paths() {
     );
 }
 
-/// Fault injection no real server times on demand: the first index object read is deleted
-/// just before it is read, as a prune that replaced it does between a listing and the read.
-struct IndexDeletedBeforeFirstRead {
+/// Fault injection no real server times on demand: the first object of type `ft` read is
+/// deleted just before it is read, as a prune does between another's listing and read
+/// (an index object it replaced, a mark it finished).
+struct DeletedBeforeFirstRead {
     inner: kura_repo::S3Backend,
+    ft: FileType,
     done: std::sync::atomic::AtomicBool,
 }
 
-impl kura_repo::Backend for IndexDeletedBeforeFirstRead {
+impl DeletedBeforeFirstRead {
+    fn new(inner: kura_repo::S3Backend, ft: FileType) -> Self {
+        Self {
+            inner,
+            ft,
+            done: false.into(),
+        }
+    }
+
+    fn deleted(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl kura_repo::Backend for DeletedBeforeFirstRead {
     async fn put(&self, ft: FileType, name: &str, data: bytes::Bytes) -> kura_repo::Result<()> {
         self.inner.put(ft, name, data).await
     }
     async fn get(&self, ft: FileType, name: &str) -> kura_repo::Result<bytes::Bytes> {
-        if ft == FileType::Index && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if ft == self.ft && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
             self.inner.delete(ft, name).await?;
         }
         self.inner.get(ft, name).await
@@ -404,18 +420,43 @@ async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
     }
     let listed = env.backend("relist").list(FileType::Index).await.unwrap();
     assert!(listed.len() >= 2, "{listed:?}");
-    let faulty = IndexDeletedBeforeFirstRead {
-        inner: env.backend("relist"),
-        done: false.into(),
-    };
+    let faulty = DeletedBeforeFirstRead::new(env.backend("relist"), FileType::Index);
     let opened = Repository::open(faulty).await.unwrap();
-    assert!(
-        opened
-            .backend()
-            .done
-            .load(std::sync::atomic::Ordering::SeqCst)
-    );
+    assert!(opened.backend().deleted());
     assert!(!opened.index().is_empty(), "the other objects were read");
     let left = env.backend("relist").list(FileType::Index).await.unwrap();
     assert_eq!(left.len(), listed.len() - 1);
+}
+
+/// A prune mark deleted (its prune finished) between a backup's listing of the marks and
+/// its read of that mark is gone, not an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.bin"), random(1 << 20, 5)).unwrap();
+    std::fs::write(src.path().join("b.bin"), random(1 << 20, 6)).unwrap();
+    let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
+    let mut repo = Repository::init(env.backend("marks"), small_params())
+        .await
+        .unwrap();
+    backup(&mut repo, source("a.bin"), opts()).await.unwrap();
+    backup(&mut repo, source("b.bin"), opts()).await.unwrap();
+    let keep_last = KeepPolicy {
+        last: 1,
+        ..KeepPolicy::default()
+    };
+    forget(&repo, keep_last, false).await.unwrap();
+    prune(&mut repo, Duration::from_hours(1)).await.unwrap();
+    let marks = env
+        .backend("marks")
+        .list(FileType::PruneMark)
+        .await
+        .unwrap();
+    assert_eq!(marks.len(), 1, "phase 1 wrote a mark");
+    let faulty = DeletedBeforeFirstRead::new(env.backend("marks"), FileType::PruneMark);
+    let mut opened = Repository::open(faulty).await.unwrap();
+    let (_, snap) = backup(&mut opened, source("a.bin"), opts()).await.unwrap();
+    assert!(opened.backend().deleted());
+    assert_eq!(snap.summary.files, 1);
 }
