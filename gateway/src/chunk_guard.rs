@@ -287,7 +287,13 @@ impl Stream for ChunkGuard {
                         return Poll::Ready(Some(Err(why.into())));
                     }
                 }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Err(e)) => {
+                    self.at = At::Failed;
+                    self.out.clear();
+                    self.line.clear();
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
                 None => {
                     // A header line held back at the end goes on. s3s then ends its stream
                     // short of the declared length, which the upload's body check
@@ -405,25 +411,26 @@ mod tests {
     }
 
     /// A body that yields the given pieces.
-    struct Pieces(VecDeque<Bytes>);
+    /// A body that yields the given pieces; `None` is an error of the body itself.
+    struct Pieces(VecDeque<Option<&'static [u8]>>);
 
     impl Stream for Pieces {
         type Item = Result<Bytes, StdError>;
 
         fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-            Poll::Ready(self.0.pop_front().map(Ok))
+            Poll::Ready(self.0.pop_front().map(|p| match p {
+                Some(bytes) => Ok(Bytes::from_static(bytes)),
+                None => Err("the connection broke".into()),
+            }))
         }
     }
 
     impl ByteStream for Pieces {}
 
-    #[test]
-    fn a_guard_that_failed_passes_nothing_more() {
+    /// Everything the guard over `pieces` yields, errors as text.
+    fn drain(pieces: &[Option<&'static [u8]>]) -> Vec<Result<Bytes, String>> {
         use futures::StreamExt;
-        let pieces = [&b"3\r\nab"[..], b"c\r\n1 \r\n", b"3\r\nabc\r\n0\r\n\r\n"];
-        let inner: s3s::stream::DynByteStream = Box::pin(Pieces(
-            pieces.iter().map(|p| Bytes::from_static(p)).collect(),
-        ));
+        let inner: s3s::stream::DynByteStream = Box::pin(Pieces(pieces.iter().copied().collect()));
         let mut g = ChunkGuard::new(inner.into(), Framing::Signed);
         let mut got = Vec::new();
         futures::executor::block_on(async {
@@ -431,15 +438,27 @@ mod tests {
                 got.push(item.map_err(|e| e.to_string()));
             }
         });
-        let errors = got.iter().filter(|i| i.is_err()).count();
-        assert_eq!(errors, 1, "{got:?}");
-        assert!(
-            got.last().unwrap().is_err(),
-            "nothing after the error: {got:?}"
-        );
-        let passed: Vec<u8> = got.iter().flatten().flat_map(|b| b.to_vec()).collect();
-        // What the failing piece queued is dropped with it.
-        assert_eq!(passed, b"3\r\nab");
+        got
+    }
+
+    #[test]
+    fn a_guard_that_failed_passes_nothing_more() {
+        let next = Some(&b"3\r\nabc\r\n0\r\n\r\n"[..]);
+        for (failing, passed) in [
+            (Some(&b"c\r\n1 \r\n"[..]), &b"3\r\nab"[..]),
+            (None, b"3\r\nab"),
+        ] {
+            let got = drain(&[Some(b"3\r\nab"), failing, next]);
+            let errors = got.iter().filter(|i| i.is_err()).count();
+            assert_eq!(errors, 1, "{got:?}");
+            assert!(
+                got.last().unwrap().is_err(),
+                "nothing after the error: {got:?}"
+            );
+            let out: Vec<u8> = got.iter().flatten().flat_map(|b| b.to_vec()).collect();
+            // What the failing piece queued is dropped with it.
+            assert_eq!(out, passed);
+        }
         let mut g = ChunkGuard::new(s3s::Body::empty(), Framing::Signed);
         g.at = At::Failed;
         assert!(g.follow(&Bytes::from_static(b"3\r\nabc\r\n")).is_err());
