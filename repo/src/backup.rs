@@ -113,13 +113,13 @@ pub async fn backup<B: Backend>(
     // it drives uploads with `Handle::block_on`, which must not nest inside the caller's
     // own `block_on` (a wake-up of the caller's future would be lost).
     let writer_repo = repo.clone();
-    let (result, written) = tokio::task::spawn_blocking(move || {
+    let (result, written, names) = tokio::task::spawn_blocking(move || {
         let mut w = match Writer::new(writer_repo, handle, marked) {
             Ok(w) => w,
-            Err(e) => return (Err(e), Vec::new()),
+            Err(e) => return (Err(e), Vec::new(), Vec::new()),
         };
         let result = w.run(source, opts, parent_root);
-        (result, w.written)
+        (result, w.written, w.written_names)
     })
     .await
     .map_err(|e| RepoError::Storage(format!("backup thread: {e}")))?;
@@ -131,6 +131,9 @@ pub async fn backup<B: Backend>(
     for pack in &written {
         index.add_pack(pack, "this backup")?;
     }
+    // And the objects' names, so that the next backup on this handle reloads the index
+    // when a prune has deleted one of them.
+    repo.index_loaded_from(names);
     result
 }
 
@@ -188,6 +191,8 @@ struct Writer<B: Backend> {
     unindexed: Vec<PackJson>,
     /// The packs of the index objects stored so far, for the caller's handle.
     written: Vec<PackJson>,
+    /// The names of those index objects.
+    written_names: Vec<String>,
     handle: Handle,
     zstd: blob::Compressors,
     /// One zstd context per core, for batches hashed and compressed in parallel.
@@ -211,6 +216,7 @@ impl<B: Backend> Writer<B> {
             permits: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT)),
             unindexed: Vec::new(),
             written: Vec::new(),
+            written_names: Vec::new(),
             handle,
             zstd: blob::Compressors::new()?,
             workers: (0..std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
@@ -758,6 +764,7 @@ impl<B: Backend> Writer<B> {
             Bytes::from(bytes),
         ))?;
         self.written.extend(index.packs);
+        self.written_names.push(id.to_hex());
         Ok(())
     }
 }

@@ -164,6 +164,18 @@ impl<B: Backend> Repository<B> {
         self.load_index().await.map(drop)
     }
 
+    /// Records that the index now also holds the index objects `names` (this handle wrote
+    /// them and added their packs).
+    pub(crate) fn index_loaded_from(&mut self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let all = Arc::make_mut(&mut self.index_names);
+        all.extend(names);
+        all.sort_unstable();
+        all.dedup();
+    }
+
     /// The names of the index objects, sorted.
     async fn index_names_listed(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = (self.backend.list(FileType::Index).await?)

@@ -85,19 +85,36 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
         !stale.index().is_empty(),
         "opened while the pack is indexed"
     );
-    prune(&mut repo, Duration::ZERO).await.unwrap();
-    let report = prune(&mut repo, Duration::ZERO).await.unwrap();
-    assert!(report.deleted > 0, "{report:?}");
+    prune_deletes_what_it_marked(&mut repo).await;
 
     let (_, snap) = backup(&mut stale, source("a.bin"), opts()).await.unwrap();
-    let mut fresh = Repository::open(env.backend("stale")).await.unwrap();
+    assert_clean_and_restored(&env, "stale", &snap, "a.bin", &random(3 << 20, 7)).await;
+}
+
+/// Runs prune twice with no grace period: marks, then deletes.
+async fn prune_deletes_what_it_marked(repo: &mut Repository<kura_repo::S3Backend>) {
+    prune(repo, Duration::ZERO).await.unwrap();
+    let report = prune(repo, Duration::ZERO).await.unwrap();
+    assert!(report.deleted > 0, "{report:?}");
+}
+
+/// Checks the repository at `prefix` (reading every pack) from a fresh handle, and restores
+/// `snap`, whose one file `name` must hold `want`.
+async fn assert_clean_and_restored(
+    env: &Env,
+    prefix: &str,
+    snap: &kura_repo::Snapshot,
+    name: &str,
+    want: &[u8],
+) {
+    let mut fresh = Repository::open(env.backend(prefix)).await.unwrap();
     let report = check(&mut fresh, true).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     let out = tempfile::tempdir().unwrap();
     restore(&fresh, &snap.tree, out.path(), &Include::all())
         .await
         .unwrap();
-    assert!(std::fs::read(out.path().join("a.bin")).unwrap() == random(3 << 20, 7));
+    assert!(std::fs::read(out.path().join(name)).unwrap() == want);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -459,4 +476,32 @@ async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
     let (_, snap) = backup(&mut opened, source("a.bin"), opts()).await.unwrap();
     assert!(opened.backend().deleted());
     assert_eq!(snap.summary.files, 1);
+}
+
+/// Regression: a backup did not record the index objects it wrote, so on a handle whose
+/// listing then matched the index objects it was loaded from (a prune had deleted one the
+/// handle wrote), the next backup skipped the reload and reused blobs of deleted packs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_backup_on_one_handle_sees_a_prune_of_what_the_first_wrote() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("x.bin"), random(3 << 20, 21)).unwrap();
+    std::fs::write(src.path().join("y.bin"), random(3 << 20, 22)).unwrap();
+    let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
+    let mut held = Repository::init(env.backend("held"), small_params())
+        .await
+        .unwrap();
+    backup(&mut held, source("x.bin"), opts()).await.unwrap();
+    let (y_id, _) = backup(&mut held, source("y.bin"), opts()).await.unwrap();
+    // `kura forget` of y's snapshot, then a prune from elsewhere deletes y's packs and the
+    // index object that listed only them.
+    env.backend("held")
+        .delete(FileType::Snapshot, &y_id.to_hex())
+        .await
+        .unwrap();
+    let mut other = Repository::open(env.backend("held")).await.unwrap();
+    prune_deletes_what_it_marked(&mut other).await;
+
+    let (_, snap) = backup(&mut held, source("y.bin"), opts()).await.unwrap();
+    assert_clean_and_restored(&env, "held", &snap, "y.bin", &random(3 << 20, 22)).await;
 }
