@@ -251,13 +251,22 @@ impl<B: Backend> Restorer<'_, B> {
                 (n, node, path, rel)
             })
             .buffer_unordered(SMALL_FILES_AT_ONCE);
+        // Giving up waits for the files in flight: each either finishes or removes itself,
+        // so none is left with part of its content.
+        let mut gave_up = None;
         while let Some((n, node, path, rel)) = done.next().await {
             match n {
                 Ok(n) => self.file_done(n, node, &path, &rel),
-                Err(e) => self.file_failed(path, &rel, e).await?,
+                Err(e) if gave_up.is_none() => {
+                    gave_up = self.file_failed(path, &rel, e).await.err();
+                }
+                Err(_) => {}
             }
         }
         drop(done);
+        if let Some(e) = gave_up {
+            return Err(e);
+        }
         for (node, path, rel) in large {
             match new_file(repo, node, &path).await {
                 Ok(n) => self.file_done(n, node, &path, &rel),
@@ -334,12 +343,15 @@ impl<B: Backend> Restorer<'_, B> {
     }
 
     /// Lists an entry that could not be restored. After [`FAILURES_IN_A_ROW`] in a row,
-    /// gives up (returns `e`) if the storage no longer serves the repository's `config`,
-    /// and otherwise counts a new run.
+    /// gives up (returns `e`) if the last was the target's own error (a full or read-only
+    /// file system fails every entry after it) or the storage no longer serves the
+    /// repository's `config`, and otherwise counts a new run.
     async fn failed(&mut self, rel: &str, e: RepoError) -> Result<()> {
         self.in_a_row += 1;
         if self.in_a_row >= FAILURES_IN_A_ROW {
-            if self.repo.backend().get(FileType::Config, "").await.is_err() {
+            if matches!(e, RepoError::Io { .. })
+                || self.repo.backend().get(FileType::Config, "").await.is_err()
+            {
                 return Err(e);
             }
             self.in_a_row = 0;
@@ -378,25 +390,39 @@ pub const SMALL_FILES_AT_ONCE: usize = 16;
 /// it; a file that could not be opened is left as it was (an in-place restore onto a file
 /// it may not write must not delete it).
 async fn new_file<B: Backend>(repo: &Repository<B>, node: &Node, path: &Path) -> Result<u64> {
-    unlink_symlink(path)?;
-    let written = if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
-        && let Some(f) = crate::direct::create(path).map_err(|e| RepoError::io(path, e))?
+    let link = unlink_symlink(path)?;
+    let opened = open_new_file(node, path);
+    if opened.is_err()
+        && let Some(target) = link
     {
-        write_file_direct(repo, node, f, path).await
-    } else {
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(NO_FOLLOW)
-            .open(path)
-            .map_err(|e| RepoError::io(path, e))?;
-        write_file(repo, node, &f, path, Holes::Skip).await
+        let _ = std::os::unix::fs::symlink(target, path);
+    }
+    let written = match opened? {
+        (f, true) => write_file_direct(repo, node, f, path).await,
+        (f, false) => write_file(repo, node, &f, path, Holes::Skip).await,
     };
     if written.is_err() {
         let _ = std::fs::remove_file(path);
     }
     written
+}
+
+/// Creates or truncates `path` for [`new_file`]: with direct I/O (`true`) for a file of
+/// `direct::DIRECT_MIN` bytes or more where the file system allows it.
+fn open_new_file(node: &Node, path: &Path) -> Result<(File, bool)> {
+    if node.size.is_some_and(|n| n >= crate::direct::DIRECT_MIN)
+        && let Some(f) = crate::direct::create(path).map_err(|e| RepoError::io(path, e))?
+    {
+        return Ok((f, true));
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(NO_FOLLOW)
+        .open(path)
+        .map_err(|e| RepoError::io(path, e))?;
+    Ok((f, false))
 }
 
 /// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their

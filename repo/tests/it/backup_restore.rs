@@ -560,6 +560,41 @@ async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_
         matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
         "{err}"
     );
+    // Files that were being written when it gave up finished or were removed.
+    for entry in std::fs::read_dir(out.path().join("second")).unwrap() {
+        let entry = entry.unwrap();
+        assert_eq!(entry.file_name(), "zz", "left behind");
+        assert_eq!(std::fs::read(entry.path()).unwrap(), b"new");
+    }
+}
+
+/// A run of failures that are the target's own (here a directory where each file goes;
+/// a full or read-only file system alike) stops the restore: every further entry would
+/// fail the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_gives_up_on_a_run_of_failures_writing_the_target() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let n = 2 * kura_repo::FAILURES_IN_A_ROW;
+    for i in 0..n {
+        std::fs::write(data.join(format!("f{i:02}")), format!("{i}")).unwrap();
+    }
+    let mut repo = Repository::init(env.backend("full"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for i in 0..n {
+        std::fs::create_dir_all(out.path().join(format!("data/f{i:02}"))).unwrap();
+    }
+    let err = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RepoError::Io { .. }), "{err}");
 }
 
 /// Regression: an in-place restore removed a file it could not open for writing (here a
