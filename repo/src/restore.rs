@@ -75,6 +75,7 @@ pub async fn restore<B: Backend>(
         failed_files: HashSet::new(),
         summary: RestoreSummary::default(),
         in_a_row: 0,
+        target_in_a_row: 0,
     };
     let tree = r.repo.read_tree(root).await?;
     r.dir(tree, target, "", false).await?;
@@ -137,6 +138,8 @@ struct Restorer<'a, B: Backend> {
     summary: RestoreSummary,
     /// Entries failed since the last one restored.
     in_a_row: usize,
+    /// How many of those, the last ones, were errors of the target itself.
+    target_in_a_row: usize,
 }
 
 impl<B: Backend> Restorer<'_, B> {
@@ -193,7 +196,7 @@ impl<B: Backend> Restorer<'_, B> {
                     }
                 }
                 _ => match self.link_or_special(node, &path, &rel) {
-                    Ok(()) => self.in_a_row = 0,
+                    Ok(()) => self.succeeded(),
                     Err(e) => self.failed(&rel, e).await?,
                 },
             }
@@ -245,20 +248,23 @@ impl<B: Backend> Restorer<'_, B> {
         links: Vec<(PathBuf, PathBuf, String)>,
     ) -> Result<()> {
         let repo = self.repo;
+        let stop = std::sync::atomic::AtomicBool::new(false);
         let mut done = futures::stream::iter(small)
+            .take_while(|_| std::future::ready(!stop.load(std::sync::atomic::Ordering::Relaxed)))
             .map(|(node, path, rel)| async move {
                 let n = new_file(repo, node, &path).await;
                 (n, node, path, rel)
             })
             .buffer_unordered(SMALL_FILES_AT_ONCE);
-        // Giving up waits for the files in flight: each either finishes or removes itself,
-        // so none is left with part of its content.
+        // Giving up starts no further file and waits for those in flight: each either
+        // finishes or removes itself, so none is left with part of its content.
         let mut gave_up = None;
         while let Some((n, node, path, rel)) = done.next().await {
             match n {
                 Ok(n) => self.file_done(n, node, &path, &rel),
                 Err(e) if gave_up.is_none() => {
                     gave_up = self.file_failed(path, &rel, e).await.err();
+                    stop.store(gave_up.is_some(), std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(_) => {}
             }
@@ -286,7 +292,7 @@ impl<B: Backend> Restorer<'_, B> {
             match std::fs::hard_link(&first, &path) {
                 Ok(()) => {
                     self.summary.files += 1;
-                    self.in_a_row = 0;
+                    self.succeeded();
                 }
                 Err(e) => self.failed(&rel, RepoError::io(&path, e)).await?,
             }
@@ -343,18 +349,23 @@ impl<B: Backend> Restorer<'_, B> {
     }
 
     /// Lists an entry that could not be restored. After [`FAILURES_IN_A_ROW`] in a row,
-    /// gives up (returns `e`) if the last was the target's own error (a full or read-only
-    /// file system fails every entry after it) or the storage no longer serves the
-    /// repository's `config`, and otherwise counts a new run.
+    /// gives up (returns `e`) if all of them were the target's own errors (a full or
+    /// read-only file system fails every entry after it) or the storage no longer serves
+    /// the repository's `config`, and otherwise counts a new run.
     async fn failed(&mut self, rel: &str, e: RepoError) -> Result<()> {
         self.in_a_row += 1;
+        if matches!(e, RepoError::Io { .. }) {
+            self.target_in_a_row += 1;
+        } else {
+            self.target_in_a_row = 0;
+        }
         if self.in_a_row >= FAILURES_IN_A_ROW {
-            if matches!(e, RepoError::Io { .. })
+            if self.target_in_a_row >= self.in_a_row
                 || self.repo.backend().get(FileType::Config, "").await.is_err()
             {
                 return Err(e);
             }
-            self.in_a_row = 0;
+            self.succeeded();
         }
         self.summary.failed.push(format!("{rel}: {e}"));
         Ok(())
@@ -366,8 +377,14 @@ impl<B: Backend> Restorer<'_, B> {
         self.failed(rel, e).await
     }
 
-    fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
+    /// Ends a run of failures.
+    fn succeeded(&mut self) {
         self.in_a_row = 0;
+        self.target_in_a_row = 0;
+    }
+
+    fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
+        self.succeeded();
         self.summary.bytes += bytes;
         self.summary.files += 1;
         self.repo.progress.add_file();

@@ -483,8 +483,8 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     );
 }
 
-/// A repository at `prefix` with a snapshot of `2 * FAILURES_IN_A_ROW + 2` files of 4 KiB,
-/// a hard link `link` to `f00`, and one new file `zz`: the old files' blobs lie in packs
+/// A repository at `prefix` with a snapshot of `8 * FAILURES_IN_A_ROW + 2` files of 4 KiB,
+/// a hard link `link` to `f000`, and one new file `zz`: the old files' blobs lie in packs
 /// (shared) that are then damaged, `zz`'s blobs and the trees in packs of their own.
 /// Returns the repository, the snapshot and the number of damaged files.
 async fn repository_with_a_run_of_damage(
@@ -494,11 +494,11 @@ async fn repository_with_a_run_of_damage(
     let src = tempfile::tempdir().unwrap();
     let (first, second) = (src.path().join("first"), src.path().join("second"));
     std::fs::create_dir_all(&first).unwrap();
-    let n = 2 * kura_repo::FAILURES_IN_A_ROW + 2;
+    let n = 8 * kura_repo::FAILURES_IN_A_ROW + 2;
     for i in 0..n {
-        std::fs::write(first.join(format!("f{i:02}")), random(4096, i as u64)).unwrap();
+        std::fs::write(first.join(format!("f{i:03}")), random(4096, i as u64)).unwrap();
     }
-    std::fs::hard_link(first.join("f00"), first.join("link")).unwrap();
+    std::fs::hard_link(first.join("f000"), first.join("link")).unwrap();
     let mut repo = Repository::init(env.backend(prefix), small_params())
         .await
         .unwrap();
@@ -536,7 +536,7 @@ async fn a_run_of_failures_from_damaged_packs_does_not_stop_the_restore() {
         summary.failed
     );
     assert_eq!(std::fs::read(out.path().join("second/zz")).unwrap(), b"new");
-    assert!(!out.path().join("second/f00").exists());
+    assert!(!out.path().join("second/f000").exists());
 }
 
 /// A run of failures while the storage no longer serves the repository (its `config` is
@@ -545,6 +545,13 @@ async fn a_run_of_failures_from_damaged_packs_does_not_stop_the_restore() {
 async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_the_repository() {
     let env = Env::start().await;
     let (repo, snap, _) = repository_with_a_run_of_damage(&env, "gone").await;
+    // What a restore that goes through every file asks of the gateway, to compare with.
+    let gets = env.gets_answered().await;
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    let all_gets = env.gets_answered().await - gets;
     let config: Vec<_> = env
         .stored_files()
         .into_iter()
@@ -553,9 +560,15 @@ async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_
     assert_eq!(config.len(), 1, "{config:?}");
     std::fs::remove_file(&config[0]).unwrap();
     let out = tempfile::tempdir().unwrap();
+    let gets = env.gets_answered().await;
     let err = restore(&repo, &snap.tree, out.path(), &Include::all())
         .await
         .unwrap_err();
+    let gets = env.gets_answered().await - gets;
+    assert!(
+        gets * 3 < all_gets,
+        "{gets} GETs of {all_gets}: files were still started after it gave up"
+    );
     assert!(
         matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
         "{err}"

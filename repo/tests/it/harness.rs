@@ -92,6 +92,25 @@ impl Env {
         S3Backend::new(&self.location(prefix))
     }
 
+    /// Client GetObject requests the gateway has answered so far (from its `/metrics`).
+    pub async fn gets_answered(&self) -> u64 {
+        let addr = self.gateway.addr;
+        tokio::task::spawn_blocking(move || {
+            use std::io::{Read as _, Write as _};
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                .unwrap();
+            let mut text = String::new();
+            s.read_to_string(&mut text).unwrap();
+            text.lines()
+                .filter(|l| l.starts_with("kura_requests_total{operation=\"GetObject\""))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+                .sum()
+        })
+        .await
+        .unwrap()
+    }
+
     /// Every stored object file under the upstream's bucket directory (ciphertext).
     pub fn stored_files(&self) -> Vec<std::path::PathBuf> {
         let mut out = Vec::new();
