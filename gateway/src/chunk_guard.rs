@@ -251,6 +251,14 @@ impl ChunkGuard {
         }
         Ok(())
     }
+
+    /// Stays failed: drops what was queued and passes nothing more.
+    fn fail(&mut self) {
+        self.at = At::Failed;
+        self.out.clear();
+        self.line.clear();
+        self.ended = true;
+    }
 }
 
 /// The state at the start of a chunk header.
@@ -280,18 +288,12 @@ impl Stream for ChunkGuard {
             match std::task::ready!(Pin::new(&mut self.inner).poll_next(cx)) {
                 Some(Ok(bytes)) => {
                     if let Err(why) = self.follow(&bytes) {
-                        self.at = At::Failed;
-                        self.out.clear();
-                        self.line.clear();
-                        self.ended = true;
+                        self.fail();
                         return Poll::Ready(Some(Err(why.into())));
                     }
                 }
                 Some(Err(e)) => {
-                    self.at = At::Failed;
-                    self.out.clear();
-                    self.line.clear();
-                    self.ended = true;
+                    self.fail();
                     return Poll::Ready(Some(Err(e)));
                 }
                 None => {
@@ -410,7 +412,6 @@ mod tests {
         assert!(run(gib, &[b"A;x=y\r\n"]).is_ok(), "upper-case hex");
     }
 
-    /// A body that yields the given pieces.
     /// A body that yields the given pieces; `None` is an error of the body itself.
     struct Pieces(VecDeque<Option<&'static [u8]>>);
 
