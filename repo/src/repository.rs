@@ -117,10 +117,22 @@ impl<B: Backend> Repository<B> {
     /// One that is gone between the listing and its read makes it list again (up to
     /// `LIST_AGAIN` times), keeping the objects already read.
     pub(crate) async fn load_index(&mut self) -> Result<BTreeMap<String, IndexJson>> {
+        self.load_index_listed(None).await
+    }
+
+    /// As [`Repository::load_index`], starting from `listed` (sorted) if the caller has
+    /// just listed the index objects.
+    async fn load_index_listed(
+        &mut self,
+        mut listed: Option<Vec<String>>,
+    ) -> Result<BTreeMap<String, IndexJson>> {
         let mut read: BTreeMap<String, IndexJson> = BTreeMap::new();
         let mut again = 0;
         let names = 'list: loop {
-            let mut names = self.index_names_listed().await?;
+            let mut names = match listed.take() {
+                Some(names) => names,
+                None => self.index_names_listed().await?,
+            };
             for name in &names {
                 if read.contains_key(name) {
                     continue;
@@ -158,10 +170,11 @@ impl<B: Backend> Repository<B> {
     /// Loads the index again unless the index objects listed now are those it was loaded
     /// from (a backup opened a while ago must see what prunes did since).
     pub(crate) async fn refresh_index(&mut self) -> Result<()> {
-        if self.index_names_listed().await? == *self.index_names {
+        let listed = self.index_names_listed().await?;
+        if listed == *self.index_names {
             return Ok(());
         }
-        self.load_index().await.map(drop)
+        self.load_index_listed(Some(listed)).await.map(drop)
     }
 
     /// Records that the index now also holds the index objects `names` (this handle wrote
