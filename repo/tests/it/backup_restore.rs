@@ -483,6 +483,28 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     );
 }
 
+/// A repository at `prefix` with one snapshot of a directory `data` holding `files`
+/// (name, content).
+async fn snapshot_of_data(
+    env: &Env,
+    prefix: &str,
+    files: &[(String, Vec<u8>)],
+) -> (Repository<kura_repo::S3Backend>, kura_repo::Snapshot) {
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for (name, content) in files {
+        std::fs::write(data.join(name), content).unwrap();
+    }
+    let mut repo = Repository::init(env.backend(prefix), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
+        .await
+        .unwrap();
+    (repo, snap)
+}
+
 /// A repository at `prefix` with a snapshot of `8 * FAILURES_IN_A_ROW + 2` files of 4 KiB,
 /// a hard link `link` to `f000`, and one new file `zz`: the old files' blobs lie in packs
 /// (shared) that are then damaged, `zz`'s blobs and the trees in packs of their own.
@@ -587,19 +609,11 @@ async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_gives_up_on_a_run_of_failures_writing_the_target() {
     let env = Env::start().await;
-    let src = tempfile::tempdir().unwrap();
-    let data = src.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
     let n = 2 * kura_repo::FAILURES_IN_A_ROW;
-    for i in 0..n {
-        std::fs::write(data.join(format!("f{i:02}")), format!("{i}")).unwrap();
-    }
-    let mut repo = Repository::init(env.backend("full"), small_params())
-        .await
-        .unwrap();
-    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
-        .await
-        .unwrap();
+    let files: Vec<_> = (0..n)
+        .map(|i| (format!("f{i:02}"), format!("{i}").into_bytes()))
+        .collect();
+    let (repo, snap) = snapshot_of_data(&env, "full", &files).await;
     let out = tempfile::tempdir().unwrap();
     for i in 0..n {
         std::fs::create_dir_all(out.path().join(format!("data/f{i:02}"))).unwrap();
@@ -616,17 +630,11 @@ async fn a_restore_gives_up_on_a_run_of_failures_writing_the_target() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_the_restore_cannot_open_is_left_as_it_was() {
     let env = Env::start().await;
-    let src = tempfile::tempdir().unwrap();
-    let data = src.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("prog"), b"the snapshot's prog").unwrap();
-    std::fs::write(data.join("other"), b"other").unwrap();
-    let mut repo = Repository::init(env.backend("busy"), small_params())
-        .await
-        .unwrap();
-    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
-        .await
-        .unwrap();
+    let files = [
+        ("prog".to_string(), b"the snapshot's prog".to_vec()),
+        ("other".to_string(), b"other".to_vec()),
+    ];
+    let (repo, snap) = snapshot_of_data(&env, "busy", &files).await;
     let out = tempfile::tempdir().unwrap();
     let prog = out.path().join("data/prog");
     std::fs::create_dir_all(prog.parent().unwrap()).unwrap();
