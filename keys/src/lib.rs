@@ -30,7 +30,7 @@ pub mod layout;
 mod metadata;
 mod open;
 mod output;
-mod rand;
+pub mod rand;
 mod range;
 mod reader;
 mod seal;
