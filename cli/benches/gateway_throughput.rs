@@ -26,33 +26,19 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::primitives::ByteStream;
 use futures::StreamExt as _;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use kura_testkit::net::free_port;
+use kura_testkit::process::{gateway_command, spawn_ready};
+use kura_testkit::upstream::{UP_AK, UP_SK, serve};
 
-const UP_AK: &str = "bench-upstream";
-const UP_SK: &str = "bench-upstream-secret";
 const AK: &str = "bench-client";
 const SK: &str = "bench-client-secret";
 
 async fn serve_upstream(dir: &Path, plain_s3s_fs: bool) -> SocketAddr {
-    let mut b = if plain_s3s_fs {
-        s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(dir).unwrap())
+    if plain_s3s_fs {
+        serve(s3s_fs::FileSystem::new(dir).unwrap()).await
     } else {
-        s3s::service::S3ServiceBuilder::new(kura_gateway::upstream::LocalDir::new(dir).unwrap())
-    };
-    b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
-    let service = b.build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        while let Ok((socket, _)) = listener.accept().await {
-            tokio::spawn(
-                conn.serve_connection(TokioIo::new(socket), service.clone())
-                    .into_owned(),
-            );
-        }
-    });
-    addr
+        serve(kura_gateway::upstream::LocalDir::new(dir).unwrap()).await
+    }
 }
 
 /// How the bench's client sends a PUT body.
@@ -157,11 +143,7 @@ fn tree_cpu(pid: u32) -> f64 {
 /// A byte-level TCP forwarder (socat, 1 MiB buffers) in front of `upstream`, if socat is
 /// installed: the least any proxy on this loopback pays to receive and resend the bytes.
 fn start_forwarder(upstream: SocketAddr) -> Option<(Child, SocketAddr)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
+    let port = free_port();
     let child = Command::new("socat")
         .args([
             "-b",
@@ -194,24 +176,17 @@ fn start_gateway(upstream: Option<SocketAddr>, dir: &Path) -> (Child, SocketAddr
             .unwrap();
         assert!(status.success());
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     // KURA_BENCH_GATEWAY_BIN runs another build as the gateway, for A/B comparisons.
     let bin = std::env::var("KURA_BENCH_GATEWAY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string());
-    let mut command = Command::new(bin);
-    command.args(["gateway", "--listen", &addr.to_string()]);
+    let (mut command, port) = gateway_command(Path::new(&bin));
     match upstream {
         Some(upstream) => {
             command.args(["--upstream", &format!("http://{upstream}"), "--path-style"])
         }
         None => command.arg("--data-dir").arg(dir.join("embedded")),
     };
-    let child = command
+    command
         .arg("--key-file")
         .arg(&key_file)
         .env("AWS_ACCESS_KEY_ID", UP_AK)
@@ -219,19 +194,9 @@ fn start_gateway(upstream: Option<SocketAddr>, dir: &Path) -> (Child, SocketAddr
         .env("KURA_ACCESS_KEY_ID", AK)
         .env("KURA_SECRET_ACCESS_KEY", SK)
         .env("KURA_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return (child, addr);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut child = child;
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("gateway did not start");
+        .stdout(Stdio::null());
+    let child = spawn_ready(&mut command, port);
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 async fn put(c: &Client, bucket: &str, key: &str, file: &Path, mode: Put) -> Duration {

@@ -11,9 +11,10 @@ mod common;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use common::{keyring, plaintext, seal_multipart, seal_single};
+use common::{keyring, seal_multipart, seal_single};
 use futures::StreamExt as _;
 use kura_keys::{BodyOpener, Cipher, ObjectName, ObjectReader, Transform};
+use kura_testkit::data::pseudo_random;
 use proptest::prelude::*;
 
 const SEG: usize = 65_536;
@@ -32,7 +33,7 @@ proptest! {
     #[test]
     fn single_part_round_trip_and_ranges(len in 0usize..4 * SEG + 100, c in cipher(), a in any::<u64>(), b in any::<u64>()) {
         let kr = Arc::new(keyring());
-        let data = plaintext(len, len as u64);
+        let data = pseudo_random(len, len as u64);
         let body = seal_single(&kr, "b", "k", c, &data);
         prop_assert_eq!(Some(body.len() as u64), kura_keys::ciphertext_size(len as u64));
         prop_assert_eq!(open_all(&kr, &body).unwrap(), data.clone());
@@ -54,7 +55,7 @@ proptest! {
     ) {
         let kr = Arc::new(keyring());
         let p = segs_per_part * SEG;
-        let datas: Vec<Vec<u8>> = (0..nparts).map(|i| plaintext(if i + 1 == nparts { last.min(p) } else { p }, i as u64)).collect();
+        let datas: Vec<Vec<u8>> = (0..nparts).map(|i| pseudo_random(if i + 1 == nparts { last.min(p) } else { p }, i as u64)).collect();
         let parts: Vec<(u32, &[u8])> = datas.iter().enumerate().map(|(i, d)| (i as u32 + 1, d.as_slice())).collect();
         let body = seal_multipart(&kr, "b", "k", c, &parts, trailer);
         let whole = datas.concat();
@@ -74,7 +75,7 @@ proptest! {
     #[test]
     fn irregular_parts_round_trip(sizes in proptest::collection::vec(1usize..2 * SEG + 7, 1..5), c in cipher(), a in any::<u64>()) {
         let kr = Arc::new(keyring());
-        let datas: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &s)| plaintext(s, i as u64 + 7)).collect();
+        let datas: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &s)| pseudo_random(s, i as u64 + 7)).collect();
         let parts: Vec<(u32, &[u8])> = datas.iter().enumerate().map(|(i, d)| (2 * i as u32 + 1, d.as_slice())).collect();
         let body = seal_multipart(&kr, "b", "k", c, &parts, true);
         let whole = datas.concat();
@@ -91,7 +92,7 @@ proptest! {
     #[test]
     fn any_flipped_bit_fails(len in 0usize..2 * SEG + 50, bit in any::<u64>(), multipart in any::<bool>()) {
         let kr = Arc::new(keyring());
-        let data = plaintext(len, 3);
+        let data = pseudo_random(len, 3);
         let mut body = if multipart {
             let (a, b) = data.split_at(len.min(SEG));
             seal_multipart(&kr, "b", "k", Cipher::Aes256Gcm, &[(1, a), (2, b)], true)
@@ -109,7 +110,7 @@ proptest! {
     #[test]
     fn any_truncation_fails(len in 0usize..3 * SEG, cut in any::<u64>(), multipart in any::<bool>()) {
         let kr = Arc::new(keyring());
-        let data = plaintext(len, 5);
+        let data = pseudo_random(len, 5);
         let body = if multipart {
             let (a, b) = data.split_at(len.min(SEG));
             seal_multipart(&kr, "b", "k", Cipher::ChaCha20Poly1305, &[(1, a), (2, b)], false)
@@ -127,7 +128,7 @@ proptest! {
     #[test]
     fn streams_in_any_chunking_round_trip(len in 0usize..12 * SEG, step in 1usize..3 * SEG, c in cipher()) {
         let kr = Arc::new(keyring());
-        let data = plaintext(len, 11);
+        let data = pseudo_random(len, 11);
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let name = ObjectName::new("b", "k").unwrap();
         let sealer = kura_keys::PartSealer::single_part(&kr, &name, c).unwrap();
@@ -204,7 +205,7 @@ fn rewrap_keeps_the_body_and_moves_the_binding() {
 #[test]
 fn dropped_middle_part_fails() {
     let kr = Arc::new(keyring());
-    let d = plaintext(3 * SEG, 1);
+    let d = pseudo_random(3 * SEG, 1);
     let body = seal_multipart(
         &kr,
         "b",
@@ -309,7 +310,7 @@ fn reuploaded_part_gets_a_fresh_key_and_cannot_be_mixed() {
 #[test]
 fn byte_at_a_time_input_opens() {
     let kr = Arc::new(keyring());
-    let data = plaintext(SEG + 3, 9);
+    let data = pseudo_random(SEG + 3, 9);
     let body = seal_single(&kr, "b", "k", Cipher::Aes256Gcm, &data);
     let mut o = BodyOpener::new(kr, "b".into(), "k".into());
     let mut out = kura_keys::Output::new();
@@ -325,7 +326,7 @@ fn byte_at_a_time_input_opens() {
 #[test]
 fn irregular_body_without_trailer_is_walked() {
     let kr = Arc::new(keyring());
-    let d = plaintext(70_000 + 65_536 + 10, 4);
+    let d = pseudo_random(70_000 + 65_536 + 10, 4);
     let body = seal_multipart(
         &kr,
         "b",
@@ -356,7 +357,7 @@ fn irregular_body_without_trailer_is_walked() {
 #[test]
 fn aligned_unequal_parts_without_trailer_are_walked() {
     let kr = Arc::new(keyring());
-    let d = plaintext(3 * SEG + 5, 8);
+    let d = pseudo_random(3 * SEG + 5, 8);
     let body = seal_multipart(
         &kr,
         "b",
@@ -386,10 +387,10 @@ fn a_body_unlike_the_parts_expected_stops_before_the_first_difference() {
     use kura_keys::PartInfo;
     let kr = Arc::new(keyring());
     let (a, b, c) = (
-        plaintext(SEG + 100, 11),
-        plaintext(5_000, 12),
+        pseudo_random(SEG + 100, 11),
+        pseudo_random(5_000, 12),
         // As long as part 2: only its number tells it from part 2.
-        plaintext(5_000, 13),
+        pseudo_random(5_000, 13),
     );
     let listed = |parts: &[(u32, &Vec<u8>)]| -> Vec<PartInfo> {
         parts
@@ -401,7 +402,7 @@ fn a_body_unlike_the_parts_expected_stops_before_the_first_difference() {
             .collect()
     };
     let expected = listed(&[(1, &a), (2, &b), (3, &c)]);
-    let short_b = plaintext(4_000, 12);
+    let short_b = pseudo_random(4_000, 12);
     for (why, held) in [
         ("part 2 left out", vec![(1, &a[..]), (3, &c[..])]),
         (

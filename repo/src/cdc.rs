@@ -85,19 +85,9 @@ fn one_pass(buf: &[u8], base: usize, c: ChunkerSizes) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use kura_testkit::data::pseudo_random;
 
-    fn random(len: usize, seed: u64) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s.to_le_bytes()[3]
-            })
-            .collect()
-    }
+    use super::*;
 
     fn params(min: u32, avg: u32, max: u32) -> ChunkerSizes {
         ChunkerSizes { min, avg, max }
@@ -122,8 +112,14 @@ mod tests {
             (3, 5 << 20),
             (4, 9 << 20),
         ] {
-            assert_same(&random(len, seed), params(256 << 10, 1 << 20, 4 << 20));
-            assert_same(&random(len, seed), params(16 << 10, 64 << 10, 256 << 10));
+            assert_same(
+                &pseudo_random(len, seed),
+                params(256 << 10, 1 << 20, 4 << 20),
+            );
+            assert_same(
+                &pseudo_random(len, seed),
+                params(16 << 10, 64 << 10, 256 << 10),
+            );
         }
     }
 
@@ -137,15 +133,15 @@ mod tests {
         );
         let text = b"the same line again and again\n".repeat(400_000);
         assert_same(&text, params(256 << 10, 1 << 20, 4 << 20));
-        let mut mixed = random(6 << 20, 9);
+        let mut mixed = pseudo_random(6 << 20, 9);
         mixed.extend(vec![7u8; 6 << 20]);
-        mixed.extend(random(5 << 20, 10));
+        mixed.extend(pseudo_random(5 << 20, 10));
         assert_same(&mixed, params(256 << 10, 1 << 20, 4 << 20));
     }
 
     #[test]
     fn small_buffers_are_one_pass() {
-        let buf = random(1 << 20, 5);
+        let buf = pseudo_random(1 << 20, 5);
         assert_eq!(
             chunks(&buf, params(16 << 10, 64 << 10, 256 << 10)),
             one_pass(&buf, 0, params(16 << 10, 64 << 10, 256 << 10))

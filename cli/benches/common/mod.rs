@@ -53,33 +53,15 @@ pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
 
 /// `kura gateway` on the embedded default in `dir`: (process, endpoint URL).
 pub fn start_gateway(kura: &Path, dir: &Path) -> (std::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let gateway = Command::new(kura)
-        .args([
-            "gateway",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
+    let (mut cmd, port) = kura_testkit::process::gateway_command(kura);
+    cmd.arg("--data-dir")
         .arg(dir)
         .env("KURA_ACCESS_KEY_ID", AK)
         .env("KURA_SECRET_ACCESS_KEY", SK)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let endpoint = format!("http://127.0.0.1:{port}");
-    (gateway, endpoint)
+        .stderr(Stdio::null());
+    let gateway = kura_testkit::process::spawn_ready(&mut cmd, port);
+    (gateway, format!("http://127.0.0.1:{port}"))
 }
 
 /// A number from the environment variable `name`, or `default`.

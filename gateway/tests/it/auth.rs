@@ -1,8 +1,8 @@
 //! Authentication and authorization: wrong credentials, bucket scopes, ListBuckets.
 
 use crate::harness::{
-    AK, BUCKET, Env, LIMITED_AK, LIMITED_SK, SK, client, code, data, hex_sha256, hmac_sha256,
-    send_raw, sigv4_now,
+    AK, BUCKET, Env, LIMITED_AK, LIMITED_SK, SK, client, code, hex_sha256, hmac_sha256,
+    pseudo_random, send_raw, sigv4_now,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,7 +219,7 @@ fn signed_payload_put(host: &str, key: &str, signed_for: &[u8], body: &[u8]) -> 
 async fn a_body_that_is_not_the_signed_payload_is_refused() {
     let env = Env::start().await;
     let host = env.gateway.addr.to_string();
-    let signed = data(300_000, 11);
+    let signed = pseudo_random(300_000, 11);
     let resp = send_raw(
         env.gateway.addr,
         &signed_payload_put(&host, "signed", &signed, &signed),

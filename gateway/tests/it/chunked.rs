@@ -2,7 +2,9 @@
 //! for restic and Kopia: without `Content-Encoding: aws-chunked`, every chunk signed. The
 //! request is built by hand here (SigV4, RFC-style), so the test also controls tampering.
 
-use crate::harness::{AK, BUCKET, Env, data, hex_sha256, hmac_sha256, send_raw as send, sigv4_now};
+use crate::harness::{
+    AK, BUCKET, Env, hex_sha256, hmac_sha256, pseudo_random, send_raw as send, sigv4_now,
+};
 
 /// The raw request: head and chunked body, signed for `host` now.
 fn signed_chunked_put(
@@ -57,7 +59,7 @@ fn signed_chunked_put(
 async fn signed_chunks_are_verified_and_never_stored() {
     let env = Env::start().await;
     let host = env.gateway.addr.to_string();
-    let payload = data(200_000, 6);
+    let payload = pseudo_random(200_000, 6);
     let resp = send(
         env.gateway.addr,
         &signed_chunked_put(&host, "chunked", &payload, 65_536, None),
@@ -117,7 +119,7 @@ async fn a_whole_body_in_one_unsigned_chunk_is_stored() {
     use base64::Engine as _;
     let env = Env::start().await;
     let host = env.gateway.addr.to_string();
-    let payload = data(20 << 20, 8);
+    let payload = pseudo_random(20 << 20, 8);
     let sum = ring::digest::digest(&ring::digest::SHA256, &payload);
     let mut body = format!("{:x}\r\n", payload.len()).into_bytes();
     body.extend_from_slice(&payload);

@@ -3,7 +3,7 @@
 
 use aws_sdk_s3::types::MetadataDirective;
 
-use crate::harness::{BUCKET, Env, data};
+use crate::harness::{BUCKET, Env, pseudo_random};
 
 /// Copies `key` onto itself with user metadata `k` set to `value` (and no other).
 async fn replace_metadata(env: &Env, key: &str, value: &str) {
@@ -40,7 +40,7 @@ async fn copy(env: &Env, from: &str, to: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn copy_to_another_name_rewraps_and_keeps_metadata() {
     let env = Env::start().await;
-    let body = data(3 * 65_536 + 9, 2);
+    let body = pseudo_random(3 * 65_536 + 9, 2);
     env.client
         .put_object()
         .bucket(BUCKET)
@@ -148,7 +148,7 @@ async fn copies_keep_the_headers_of_their_source() {
             .key(source)
             .content_language("de-CH")
             .website_redirect_location("/elsewhere")
-            .body(data(len, 7).into())
+            .body(pseudo_random(len, 7).into())
             .send()
             .await
             .unwrap();
@@ -173,14 +173,14 @@ async fn copies_keep_the_headers_of_their_source() {
             .unwrap();
         let head = env.head(&copied).await;
         assert_eq!(head.content_language(), Some("fr"), "{source}, replaced");
-        assert_eq!(env.get(&copied).await, data(len, 7), "{source}");
+        assert_eq!(env.get(&copied).await, pseudo_random(len, 7), "{source}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn large_copy_moves_the_body_server_side() {
     let env = Env::start().await;
-    let body = data(20 * 1024 * 1024 + 12_345, 5);
+    let body = pseudo_random(20 * 1024 * 1024 + 12_345, 5);
     env.put("big", &body).await;
     let etag = copy(&env, "big", "copy").await;
     assert!(

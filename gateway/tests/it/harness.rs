@@ -1,5 +1,6 @@
-//! Starts an upstream S3 server (s3s-fs on a temp directory, over HTTP on loopback) and a
-//! gateway in front of it, and builds aws-sdk-s3 clients for both.
+//! The gateway tests' environment: an upstream S3 server and a gateway in front of it (both
+//! from `kura-testkit`), aws-sdk-s3 clients for both, and hand-made SigV4 and raw HTTP for
+//! the requests an SDK will not send.
 
 #![allow(dead_code, reason = "each topic uses a different part of the harness")]
 
@@ -9,59 +10,19 @@ use std::sync::Arc;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use kura_gateway::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
+use kura_gateway::config::{BucketScope, GatewayConfig};
 use kura_gateway::server::Running;
-use kura_keys::{Cipher, Keyring};
+use kura_keys::Keyring;
 
-pub const UP_AK: &str = "upstream-ak";
-pub const UP_SK: &str = "upstream-secret-key";
+pub use kura_testkit::data::pseudo_random;
+pub use kura_testkit::upstream::{UP_AK, UP_SK, Upstream};
+pub use kura_testkit::walk::files_under;
+
 pub const AK: &str = "client-ak";
 pub const SK: &str = "client-secret-key";
 pub const LIMITED_AK: &str = "limited-ak";
 pub const LIMITED_SK: &str = "limited-secret-key";
 pub const BUCKET: &str = "bucket";
-
-/// An s3s-fs server on loopback.
-pub struct Upstream {
-    pub addr: SocketAddr,
-    pub dir: tempfile::TempDir,
-}
-
-pub async fn start_upstream() -> Upstream {
-    let dir = tempfile::tempdir().unwrap();
-    let fs = s3s_fs::FileSystem::new(dir.path()).unwrap();
-    serve_upstream(fs, dir).await
-}
-
-/// The embedded default's store (`LocalDir`) served as an S3 server on loopback, to be
-/// called directly, without a gateway in front.
-pub async fn start_local_upstream() -> Upstream {
-    let dir = tempfile::tempdir().unwrap();
-    let store = kura_gateway::upstream::LocalDir::new(dir.path()).unwrap();
-    serve_upstream(store, dir).await
-}
-
-async fn serve_upstream(store: impl s3s::S3, dir: tempfile::TempDir) -> Upstream {
-    let mut b = s3s::service::S3ServiceBuilder::new(store);
-    b.set_auth(s3s::auth::SimpleAuth::from_single(UP_AK, UP_SK));
-    let service = b.build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                break;
-            };
-            let c = conn
-                .serve_connection(TokioIo::new(socket), service.clone())
-                .into_owned();
-            tokio::spawn(c);
-        }
-    });
-    Upstream { addr, dir }
-}
 
 pub struct Env {
     pub upstream: Upstream,
@@ -70,35 +31,16 @@ pub struct Env {
     pub client: Client,
 }
 
+/// The test gateway in front of `upstream`: [`AK`] may use every bucket, [`LIMITED_AK`] only
+/// `limited`.
 pub fn gateway_config(upstream: &Upstream, keyring: Arc<Keyring>) -> GatewayConfig {
-    GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: None,
-        upstream: UpstreamConfig::S3 {
-            url: format!("http://{}", upstream.addr),
-            region: "us-east-1".into(),
-            path_style: true,
-            ca_bundle: None,
-            credentials: Some((UP_AK.into(), UP_SK.into())),
-            timeout: kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT,
-        },
+    let mut limited = kura_testkit::gateway::credential(LIMITED_AK, LIMITED_SK);
+    limited.buckets = BucketScope::Only(vec!["limited".into()]);
+    kura_testkit::gateway::loopback_config(
+        upstream,
         keyring,
-        cipher: Cipher::Aes256Gcm,
-        credentials: vec![
-            ClientCredential {
-                access_key: AK.into(),
-                secret: SK.into(),
-                buckets: BucketScope::All,
-            },
-            ClientCredential {
-                access_key: LIMITED_AK.into(),
-                secret: LIMITED_SK.into(),
-                buckets: BucketScope::Only(vec!["limited".into()]),
-            },
-        ],
-        tls: None,
-        virtual_host_domain: None,
-    }
+        vec![kura_testkit::gateway::credential(AK, SK), limited],
+    )
 }
 
 pub fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
@@ -114,8 +56,8 @@ pub fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
 
 impl Env {
     pub async fn start() -> Env {
-        let upstream = start_upstream().await;
-        let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
+        let upstream = Upstream::s3s_fs().await;
+        let keyring = kura_testkit::gateway::keyring();
         let gateway = kura_gateway::server::start(gateway_config(&upstream, keyring.clone()))
             .await
             .unwrap();
@@ -131,7 +73,7 @@ impl Env {
 
     /// Where the upstream stores an object.
     pub fn stored_path(&self, bucket: &str, key: &str) -> PathBuf {
-        self.upstream.dir.path().join(bucket).join(key)
+        self.upstream.stored_path(bucket, key)
     }
 
     pub async fn put(
@@ -240,19 +182,6 @@ pub async fn get(client: &Client, key: &str) -> Vec<u8> {
     out.body.collect().await.unwrap().into_bytes().to_vec()
 }
 
-/// Deterministic data that does not compress and is easy to recognise.
-pub fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()[2]
-        })
-        .collect()
-}
-
 /// The HTTP status of a failed SDK call.
 pub fn status<E>(
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
@@ -308,20 +237,6 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         }
         out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
         b = &b[eol + 2 + n + 2..];
-    }
-    out
-}
-
-/// Every file under `dir`, recursively.
-pub fn files(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files(&p));
-        } else {
-            out.push(p);
-        }
     }
     out
 }

@@ -3,7 +3,7 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 
-use crate::harness::{BUCKET, Env, code, data, files, status};
+use crate::harness::{BUCKET, Env, code, files_under, pseudo_random, status};
 
 const MARKER: &[u8] = b"KURA-PLAINTEXT-MARKER-0123456789";
 
@@ -51,7 +51,7 @@ async fn upstream_directory_holds_no_plaintext() {
         .await
         .unwrap();
     let mut scanned = 0;
-    for f in files(env.upstream.dir.path()) {
+    for f in files_under(env.upstream.dir.path()) {
         let bytes = std::fs::read(&f).unwrap();
         scanned += bytes.len();
         assert!(
@@ -70,7 +70,7 @@ async fn upstream_directory_holds_no_plaintext() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tampered_segment_at_rest_fails_the_read() {
     let env = Env::start().await;
-    let body = data(4 * 65_536, 5);
+    let body = pseudo_random(4 * 65_536, 5);
     env.put("t", &body).await;
     let path = env.stored_path(BUCKET, "t");
     let mut stored = std::fs::read(&path).unwrap();
@@ -111,10 +111,10 @@ async fn tampered_segment_at_rest_fails_the_read() {
 async fn parts_moved_at_rest_are_not_served_in_the_wrong_place() {
     let env = Env::start().await;
     let parts = [
-        data(5_300_000, 41),
-        data(5_300_000, 42),
-        data(5_300_000, 43),
-        data(100, 44),
+        pseudo_random(5_300_000, 41),
+        pseudo_random(5_300_000, 42),
+        pseudo_random(5_300_000, 43),
+        pseudo_random(100, 44),
     ];
     crate::multipart::put_in_parts(&env.client, "moved", &parts).await;
     let path = env.stored_path(BUCKET, "moved");
@@ -158,7 +158,7 @@ async fn parts_moved_at_rest_are_not_served_in_the_wrong_place() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tampered_header_at_rest_is_an_error_response() {
     let env = Env::start().await;
-    env.put("h", &data(1000, 1)).await;
+    env.put("h", &pseudo_random(1000, 1)).await;
     let path = env.stored_path(BUCKET, "h");
     let mut stored = std::fs::read(&path).unwrap();
     stored[40] ^= 1;
@@ -177,7 +177,7 @@ async fn tampered_header_at_rest_is_an_error_response() {
 #[tokio::test(flavor = "multi_thread")]
 async fn object_moved_upstream_does_not_open_under_its_new_name() {
     let env = Env::start().await;
-    env.put("original", &data(1000, 2)).await;
+    env.put("original", &pseudo_random(1000, 2)).await;
     std::fs::copy(
         env.stored_path(BUCKET, "original"),
         env.stored_path(BUCKET, "moved"),
@@ -256,7 +256,7 @@ async fn wrong_checksum_is_bad_digest_and_stores_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chunked_trailer_upload_stores_only_the_payload() {
     let env = Env::start().await;
-    let body = data(300_001, 8);
+    let body = pseudo_random(300_001, 8);
     let out = env
         .client
         .put_object()
@@ -291,7 +291,7 @@ async fn chunked_trailer_upload_stores_only_the_payload() {
 #[tokio::test(flavor = "multi_thread")]
 async fn body_cut_at_a_segment_boundary_is_not_served_as_complete() {
     let env = Env::start().await;
-    env.put("cut", &data(3 * 65_536 + 500, 4)).await;
+    env.put("cut", &pseudo_random(3 * 65_536 + 500, 4)).await;
     let path = env.stored_path(BUCKET, "cut");
     let stored = std::fs::read(&path).unwrap();
     std::fs::write(&path, &stored[..164 + 2 * 65_568]).unwrap();
@@ -342,7 +342,7 @@ async fn sizes_follow_an_overwrite_made_through_another_replica() {
         let parts: Vec<Vec<u8>> = sizes
             .iter()
             .enumerate()
-            .map(|(i, n)| data(*n, i as u64))
+            .map(|(i, n)| pseudo_random(*n, i as u64))
             .collect();
         async move { crate::multipart::put_in_parts(client, "x", &parts).await }
     };
@@ -381,7 +381,7 @@ async fn sizes_follow_an_overwrite_made_through_another_replica() {
 async fn conditions_hold_against_an_object_replaced_through_another_replica() {
     let env = Env::start().await;
     let (_other, b) = env.replica().await;
-    let (old, new) = (data(100_000, 1), data(120_000, 2));
+    let (old, new) = (pseudo_random(100_000, 1), pseudo_random(120_000, 2));
     crate::harness::put(&env.client, "x", &old).await;
     // This replica caches the old object's header.
     let ranged = |if_match: String| {
@@ -466,9 +466,9 @@ async fn range_reads_refuse_metadata_from_another_version() {
             })
             .expect("s3s-fs keeps the metadata beside the object")
     };
-    put("old", data(5000, 1)).await.unwrap();
+    put("old", pseudo_random(5000, 1)).await.unwrap();
     let old_meta = std::fs::read(sidecar()).unwrap();
-    put("new", data(5000, 2)).await.unwrap();
+    put("new", pseudo_random(5000, 2)).await.unwrap();
     let range = || {
         env.client
             .get_object()

@@ -127,8 +127,8 @@ async fn url_encoded_listings_carry_real_sizes_and_names_that_decode_back() {
         &env.client,
         odd,
         &[
-            crate::harness::data(5_300_000, 1),
-            crate::harness::data(7, 2),
+            crate::harness::pseudo_random(5_300_000, 1),
+            crate::harness::pseudo_random(7, 2),
         ],
     )
     .await;

@@ -9,7 +9,7 @@ use kura_keys::Keyring;
 
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 
-use crate::harness::{AK, BUCKET, SK, client, data, gateway_config, start_upstream, status};
+use crate::harness::{AK, BUCKET, SK, Upstream, client, gateway_config, pseudo_random, status};
 use crate::multipart::try_complete;
 
 /// rclone HEADs `tree` before copying into `tree/`; s3s-fs answered 500 (reading the
@@ -19,7 +19,7 @@ async fn local_gateway() -> (tempfile::TempDir, Running, aws_sdk_s3::Client) {
     let dir = tempfile::tempdir().unwrap();
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
     // The S3 settings are replaced by the local store; the rest is the usual test config.
-    let unused = start_upstream().await;
+    let unused = Upstream::s3s_fs().await;
     let mut config = gateway_config(&unused, keyring);
     config.upstream = UpstreamConfig::Local {
         dir: dir.path().to_path_buf(),
@@ -48,7 +48,7 @@ fn root_files(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test]
 async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {
     let (dir, _gateway, s3) = local_gateway().await;
-    let body = data(300_000, 4);
+    let body = pseudo_random(300_000, 4);
     let put = |key: &'static str, body: Vec<u8>| {
         s3.put_object()
             .bucket(BUCKET)
@@ -178,7 +178,7 @@ fn md5_of(b: &[u8]) -> [u8; 16] {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_puts_of_one_key_leave_one_whole_object() {
     let (_dir, _gateway, s3) = local_gateway().await;
-    let bodies: Vec<Vec<u8>> = (0..8).map(|i| data(1 << 20, 100 + i)).collect();
+    let bodies: Vec<Vec<u8>> = (0..8).map(|i| pseudo_random(1 << 20, 100 + i)).collect();
     for round in 0..4 {
         let puts = bodies.iter().map(|b| {
             s3.put_object()
@@ -203,7 +203,7 @@ async fn concurrent_puts_of_one_key_leave_one_whole_object() {
 #[tokio::test]
 async fn head_get_and_delete_of_a_key_naming_a_directory_answer_as_s3_does() {
     let (_dir, _gateway, s3) = local_gateway().await;
-    let body = data(70_000, 9);
+    let body = pseudo_random(70_000, 9);
     s3.put_object()
         .bucket(BUCKET)
         .key("tree/a.bin")
@@ -245,7 +245,7 @@ async fn conditions_on_the_last_modified_a_client_was_given() {
     s3.put_object()
         .bucket(BUCKET)
         .key("t")
-        .body(data(1000, 5).into())
+        .body(pseudo_random(1000, 5).into())
         .send()
         .await
         .unwrap();
@@ -382,7 +382,7 @@ async fn a_deleted_key_leaves_no_directory_in_the_way() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_completion_with_a_gap_changes_nothing() {
     let (_dir, _gateway, s3) = local_gateway().await;
-    let old = data(1000, 7);
+    let old = pseudo_random(1000, 7);
     crate::harness::put(&s3, "obj", &old).await;
     let id = s3
         .create_multipart_upload()
@@ -394,7 +394,7 @@ async fn a_completion_with_a_gap_changes_nothing() {
         .unwrap()
         .upload_id
         .unwrap();
-    let part = data(5 * 1024 * 1024, 8);
+    let part = pseudo_random(5 * 1024 * 1024, 8);
     let mut done = Vec::new();
     for n in [1, 2, 3] {
         let out = s3
@@ -527,7 +527,7 @@ async fn an_upload_broken_off_leaves_no_temporary_file() {
 /// of an object written since. Called directly, with no gateway in front.
 #[tokio::test(flavor = "multi_thread")]
 async fn copies_hold_to_the_source_they_were_pinned_to() {
-    let store = crate::harness::start_local_upstream().await;
+    let store = crate::harness::Upstream::local_dir().await;
     let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
     let old = crate::harness::put(&s3, "src", b"first")
@@ -683,7 +683,7 @@ fn model_page(
 /// marker `a/` before all of `a/`'s keys).
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_walk_the_store_in_key_order_page_by_page() {
-    let store = crate::harness::start_local_upstream().await;
+    let store = crate::harness::Upstream::local_dir().await;
     let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
     let mut keys = vec![
@@ -857,7 +857,7 @@ async fn folder_markers_are_deleted_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn folder_markers_by_multipart_upload() {
     let (_dir, _gateway, s3) = local_gateway().await;
-    let body = data(6 << 20, 9);
+    let body = pseudo_random(6 << 20, 9);
     let (id, part) = one_part(&s3, "mp/", &body).await;
     let parts = s3
         .list_parts()
@@ -877,7 +877,7 @@ async fn folder_markers_by_multipart_upload() {
 /// The store's own answers name a marker's key as the client did, not its file.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_store_answers_with_the_markers_key() {
-    let store = crate::harness::start_local_upstream().await;
+    let store = crate::harness::Upstream::local_dir().await;
     let s3 = client(store.addr, crate::harness::UP_AK, crate::harness::UP_SK);
     s3.create_bucket().bucket(BUCKET).send().await.unwrap();
     let upload = s3
@@ -952,7 +952,7 @@ async fn a_key_where_another_keys_file_lies_is_refused_by_name() {
     }
     // An upload whose path an object took after it began is refused at completion (s3s-fs
     // answered 500, and had dropped the upload by then).
-    let body = data(6 << 20, 3);
+    let body = pseudo_random(6 << 20, 3);
     let (id, part) = one_part(&s3, "d/x", &body).await;
     crate::harness::put(&s3, "d", b"d").await;
     let done = try_complete(&s3, "d/x", &id, vec![part.clone()])

@@ -11,7 +11,7 @@ use aws_sdk_s3::types::ObjectLockMode;
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
-use crate::harness::{AK, BUCKET, SK, client, data, gateway_config, start_upstream};
+use crate::harness::{AK, BUCKET, SK, Upstream, client, gateway_config, pseudo_random};
 
 /// Forwards to s3s-fs and records, for every PUT and part, whether Content-MD5 came along.
 struct RecordingUpstream {
@@ -95,7 +95,7 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
     };
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
     // The config's upstream address is unused: the recording store is handed in directly.
-    let placeholder = start_upstream().await;
+    let placeholder = Upstream::s3s_fs().await;
     let gw = kura_gateway::server::start_with_upstream(
         gateway_config(&placeholder, keyring),
         kura_gateway::upstream::Upstream::from_s3(Arc::new(store)),
@@ -106,7 +106,7 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
     c.create_bucket().bucket(BUCKET).send().await.unwrap();
     let until = DateTime::from_secs(4_000_000_000);
     for (key, len) in [("small", 100_000), ("large", 20 << 20)] {
-        let body = data(len, 5);
+        let body = pseudo_random(len, 5);
         c.put_object()
             .bucket(BUCKET)
             .key(key)
@@ -141,7 +141,7 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
             .await
             .unwrap();
         assert!(
-            got.body.collect().await.unwrap().into_bytes().to_vec() == data(len, 5),
+            got.body.collect().await.unwrap().into_bytes().to_vec() == pseudo_random(len, 5),
             "{copy} round trip"
         );
     }
@@ -166,7 +166,7 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
         .if_none_match("*")
         .object_lock_mode(ObjectLockMode::Governance)
         .object_lock_retain_until_date(until)
-        .body(ByteStream::from(data(20 << 20, 6)))
+        .body(ByteStream::from(pseudo_random(20 << 20, 6)))
         .send()
         .await
         .unwrap_err();
@@ -179,7 +179,7 @@ async fn locked_uploads_carry_the_md5_of_the_ciphertext() {
         .await
         .unwrap();
     assert!(
-        got.body.collect().await.unwrap().into_bytes().to_vec() == data(20 << 20, 5),
+        got.body.collect().await.unwrap().into_bytes().to_vec() == pseudo_random(20 << 20, 5),
         "the object stays as it was"
     );
     gw.shutdown().await;

@@ -5,7 +5,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 
-use crate::harness::{self, BUCKET, Env, data};
+use crate::harness::{self, BUCKET, Env, pseudo_random};
 
 const MIB: usize = 1 << 20;
 
@@ -91,7 +91,7 @@ async fn parallel_out_of_order_parts_with_a_short_last_part() {
     let parts: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()
-        .map(|(i, &n)| data(n, i as u64 + 10))
+        .map(|(i, &n)| pseudo_random(n, i as u64 + 10))
         .collect();
     let whole = parts.concat();
     let id = create(&env.client, "mp").await;
@@ -153,7 +153,11 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
     let env = Env::start().await;
     // Parts that are not multiples of 64 KiB, and of different sizes (S3's minimum part
     // size is 5 MiB = 5,242,880 bytes).
-    let parts = [data(5_300_000, 1), data(5_400_100, 2), data(12_345, 3)];
+    let parts = [
+        pseudo_random(5_300_000, 1),
+        pseudo_random(5_400_100, 2),
+        pseudo_random(12_345, 3),
+    ];
     let whole = parts.concat();
     let etag = put_in_parts(&env.client, "irr", &parts).await;
     let list = env.list().await;
@@ -215,7 +219,11 @@ async fn irregular_parts_get_a_trailer_and_exact_sizes() {
 async fn two_replicas_serve_one_upload_alternately() {
     let env = Env::start().await;
     let (other, b) = env.replica().await;
-    let parts = [data(5 * MIB, 1), data(5 * MIB, 2), data(3 * MIB, 3)];
+    let parts = [
+        pseudo_random(5 * MIB, 1),
+        pseudo_random(5 * MIB, 2),
+        pseudo_random(3 * MIB, 3),
+    ];
     let id = create(&env.client, "rep").await;
     let p1 = upload(&b, "rep", &id, 1, parts[0].clone()).await;
     let p2 = upload(&env.client, "rep", &id, 2, parts[1].clone()).await;
@@ -280,8 +288,8 @@ async fn upload_ids_are_bound_to_their_object() {
 async fn list_parts_reports_plaintext_sizes() {
     let env = Env::start().await;
     let id = create(&env.client, "lp").await;
-    upload(&env.client, "lp", &id, 1, data(5 * MIB, 1)).await;
-    upload(&env.client, "lp", &id, 2, data(1234, 2)).await;
+    upload(&env.client, "lp", &id, 1, pseudo_random(5 * MIB, 1)).await;
+    upload(&env.client, "lp", &id, 2, pseudo_random(1234, 2)).await;
     let parts = env
         .client
         .list_parts()
@@ -310,7 +318,7 @@ async fn list_parts_reports_plaintext_sizes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upload_part_copy_reencrypts_a_source_range() {
     let env = Env::start().await;
-    let src = data(6 * MIB + 5, 9);
+    let src = pseudo_random(6 * MIB + 5, 9);
     env.put("src", &src).await;
     let id = create(&env.client, "dst").await;
     let p1 = env
@@ -329,10 +337,10 @@ async fn upload_part_copy_reencrypts_a_source_range() {
         .part_number(1)
         .e_tag(p1.copy_part_result().unwrap().e_tag().unwrap())
         .build();
-    let p2 = upload(&env.client, "dst", &id, 2, data(100, 1)).await;
+    let p2 = upload(&env.client, "dst", &id, 2, pseudo_random(100, 1)).await;
     complete(&env.client, "dst", &id, vec![p1, p2]).await;
     let mut want = src[..5 * MIB].to_vec();
-    want.extend_from_slice(&data(100, 1));
+    want.extend_from_slice(&pseudo_random(100, 1));
     assert_eq!(env.get("dst").await, want);
 }
 
@@ -342,7 +350,7 @@ async fn upload_part_copy_reencrypts_a_source_range() {
 async fn part_etags_do_not_look_like_md5s_and_completion_maps_them_back() {
     let env = Env::start().await;
     let id = create(&env.client, "s3cmd").await;
-    let (a, b) = (data(5 * MIB, 1), data(1000, 2));
+    let (a, b) = (pseudo_random(5 * MIB, 1), pseudo_random(1000, 2));
     let p1 = upload(&env.client, "s3cmd", &id, 1, a.clone()).await;
     let p2 = upload(&env.client, "s3cmd", &id, 2, b.clone()).await;
     for p in [&p1, &p2] {
@@ -358,7 +366,11 @@ async fn part_etags_do_not_look_like_md5s_and_completion_maps_them_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn copy_of_an_irregular_object_reads_back_whole_and_by_range() {
     let env = Env::start().await;
-    let parts = [data(5_300_000, 4), data(5_400_100, 5), data(12_345, 6)];
+    let parts = [
+        pseudo_random(5_300_000, 4),
+        pseudo_random(5_400_100, 5),
+        pseudo_random(12_345, 6),
+    ];
     let whole = parts.concat();
     put_in_parts(&env.client, "irr", &parts).await;
     // Above 8 MiB stored, so the trailer travels in the server-side part of the copy.
@@ -388,7 +400,11 @@ async fn copy_of_an_irregular_object_reads_back_whole_and_by_range() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_completion_whose_expected_size_differs_is_refused() {
     let env = Env::start().await;
-    let parts = [data(5 * MIB, 1), data(5 * MIB, 2), data(1000, 3)];
+    let parts = [
+        pseudo_random(5 * MIB, 1),
+        pseudo_random(5 * MIB, 2),
+        pseudo_random(1000, 3),
+    ];
     let id = create(&env.client, "sized").await;
     let mut done = Vec::new();
     for (i, p) in parts.iter().enumerate() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 
-use crate::harness::{BUCKET, Env, code, data, status};
+use crate::harness::{BUCKET, Env, code, pseudo_random, status};
 
 const SEG: usize = 65_536;
 
@@ -18,7 +18,7 @@ async fn edge_sizes_round_trip_with_exact_sizes_everywhere() {
         .enumerate()
     {
         let key = format!("edge/{len}");
-        let body = data(len, i as u64);
+        let body = pseudo_random(len, i as u64);
         env.put(&key, &body).await;
         assert_eq!(env.get(&key).await, body, "GET of {len} bytes");
         let head = env
@@ -62,7 +62,7 @@ async fn edge_sizes_round_trip_with_exact_sizes_everywhere() {
 async fn large_object_streams_through() {
     let env = Env::start().await;
     let len = 256 << 20;
-    let body = data(len, 77);
+    let body = pseudo_random(len, 77);
     env.client
         .put_object()
         .bucket(BUCKET)
@@ -85,7 +85,7 @@ async fn large_object_streams_through() {
 async fn every_range_form_matches_the_plaintext() {
     let env = Env::start().await;
     let len = 5 * SEG + 777;
-    let body = data(len, 3);
+    let body = pseudo_random(len, 3);
     env.put("r", &body).await;
     let cases: Vec<(String, &[u8])> = vec![
         ("bytes=0-0".into(), &body[..1]),
@@ -121,7 +121,7 @@ async fn every_range_form_matches_the_plaintext() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unsatisfiable_range_is_416_with_content_range() {
     let env = Env::start().await;
-    env.put("small", &data(100, 1)).await;
+    env.put("small", &pseudo_random(100, 1)).await;
     let err = env
         .client
         .get_object()
@@ -150,7 +150,7 @@ async fn unsatisfiable_range_is_416_with_content_range() {
 #[tokio::test(flavor = "multi_thread")]
 async fn conditional_reads_follow_the_etag_contract() {
     let env = Env::start().await;
-    let put = env.put("c", &data(3 * SEG, 9)).await;
+    let put = env.put("c", &pseudo_random(3 * SEG, 9)).await;
     let etag = put.e_tag().unwrap().to_string();
     let head = env
         .client
@@ -284,7 +284,7 @@ async fn user_metadata_round_trips_and_is_sealed_upstream() {
         got.metadata().unwrap().get("owner").map(String::as_str),
         Some("velero-secret-owner-name")
     );
-    for f in crate::harness::files(env.upstream.dir.path()) {
+    for f in crate::harness::files_under(env.upstream.dir.path()) {
         let bytes = std::fs::read(&f).unwrap();
         assert!(
             !bytes.windows(12).any(|w| w == b"velero-secre"),
@@ -343,7 +343,7 @@ async fn deletes_remove_objects() {
 #[tokio::test(flavor = "multi_thread")]
 async fn appends_are_refused_and_leave_the_object_whole() {
     let env = Env::start().await;
-    let body = data(1000, 9);
+    let body = pseudo_random(1000, 9);
     crate::harness::put(&env.client, "a", &body).await;
     let err = env
         .client
@@ -351,7 +351,7 @@ async fn appends_are_refused_and_leave_the_object_whole() {
         .bucket(BUCKET)
         .key("a")
         .write_offset_bytes(1000)
-        .body(data(10, 1).into())
+        .body(pseudo_random(10, 1).into())
         .send()
         .await
         .unwrap_err();
@@ -368,7 +368,7 @@ async fn appends_are_refused_and_leave_the_object_whole() {
 #[tokio::test(flavor = "multi_thread")]
 async fn head_with_a_range_describes_the_range() {
     let env = Env::start().await;
-    env.put("small", &data(100, 2)).await;
+    env.put("small", &pseudo_random(100, 2)).await;
     let head = |range: &'static str| {
         env.client
             .head_object()
@@ -418,7 +418,7 @@ async fn head_with_a_range_describes_the_range() {
 #[tokio::test(flavor = "multi_thread")]
 async fn range_and_part_number_together_are_refused() {
     let env = Env::start().await;
-    env.put("small", &data(100, 3)).await;
+    env.put("small", &pseudo_random(100, 3)).await;
     let err = env
         .client
         .get_object()

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 
-use crate::harness::{BUCKET, Env, data, raw_http};
+use crate::harness::{BUCKET, Env, pseudo_random, raw_http};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn presigned_get_and_put_work_with_a_plain_client() {
     let env = Env::start().await;
-    let body = data(100_000, 4);
+    let body = pseudo_random(100_000, 4);
     env.put("p", &body).await;
     let get = env
         .client
@@ -22,7 +22,7 @@ async fn presigned_get_and_put_work_with_a_plain_client() {
     let (status, _, got) = raw_http("GET", get.uri(), b"").await;
     assert_eq!(status, 200);
     assert_eq!(got, body);
-    let up = data(70_000, 5);
+    let up = pseudo_random(70_000, 5);
     let put = env
         .client
         .put_object()

@@ -23,7 +23,8 @@ use kura_gateway::config::UpstreamConfig;
 use kura_keys::Keyring;
 
 use crate::harness::{
-    AK, BUCKET, SK, client, code, data, gateway_config, get, put, raw_http, start_upstream, status,
+    AK, BUCKET, SK, Upstream, client, code, gateway_config, get, pseudo_random, put, raw_http,
+    status,
 };
 
 /// What the proxy answers instead of forwarding.
@@ -269,7 +270,7 @@ async fn env() -> ProxiedEnv {
 
 /// [`env`] with `limit` on each attempt of the upstream calls that have one.
 async fn env_with_timeout(limit: Duration) -> ProxiedEnv {
-    env_over(start_upstream().await, limit).await
+    env_over(Upstream::s3s_fs().await, limit).await
 }
 
 /// [`env_with_timeout`] in front of `upstream`.
@@ -340,7 +341,7 @@ fn is_listing(p: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_503_on_get_is_retried_and_counted() {
     let (_upstream, proxy, gateway, client) = env().await;
-    let body = data(200 * 1024, 31);
+    let body = pseudo_random(200 * 1024, 31);
     put(&client, "r", &body).await;
     proxy.fail_next(Method::GET, object_path, 2, Fault::SlowDown);
     assert!(
@@ -375,7 +376,12 @@ async fn listing_whose_trailer_read_fails_is_an_error_not_a_wrong_size() {
     let mib = 1024 * 1024;
     // A last part longer than the first makes the layout irregular: its size is in the
     // trailer, which a listing must read.
-    crate::multipart::put_in_parts(&client, "r", &[data(5 * mib, 33), data(5 * mib + 1, 34)]).await;
+    crate::multipart::put_in_parts(
+        &client,
+        "r",
+        &[pseudo_random(5 * mib, 33), pseudo_random(5 * mib + 1, 34)],
+    )
+    .await;
 
     // Deleted after the upstream listed it, before its header was read: the listing is
     // stale, and the client is asked to list again.
@@ -404,7 +410,7 @@ async fn listing_whose_trailer_read_fails_is_an_error_not_a_wrong_size() {
 async fn upstream_503_on_streaming_put_is_not_resent() {
     let (_upstream, proxy, gateway, client) = env().await;
     proxy.fail_next(Method::PUT, object_path, 1, Fault::SlowDown);
-    let body = data(200 * 1024, 32);
+    let body = pseudo_random(200 * 1024, 32);
     let err = client
         .put_object()
         .bucket(BUCKET)
@@ -468,7 +474,7 @@ async fn unreadable_upstream_success_is_not_a_success() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hung_upstream_answer_is_cut_and_retried() {
     let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
-    let body = data(100 * 1024, 33);
+    let body = pseudo_random(100 * 1024, 33);
     put(&client, "r", &body).await;
 
     // A listing, a HEAD and a GET whose first attempt hangs for longer than the limit.
@@ -533,7 +539,7 @@ async fn slow_upstream_upload_is_not_cut() {
     let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
     let slow = Fault::Delay(Duration::from_secs(3));
     proxy.fail_next(Method::PUT, object_path, 2, slow);
-    let body = data(300 * 1024, 34);
+    let body = pseudo_random(300 * 1024, 34);
     put(&client, "r", &body).await;
     assert!(get(&client, "r").await == body);
 
@@ -583,7 +589,7 @@ async fn patient_read(
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_body_that_breaks_off_is_picked_up_where_it_broke() {
     let (_upstream, proxy, gateway, client) = env().await;
-    let body = data(3 * 1024 * 1024, 36);
+    let body = pseudo_random(3 * 1024 * 1024, 36);
     put(&client, "r", &body).await;
 
     // A whole read: the first answer breaks after 1 MiB, the rest comes as a range.
@@ -615,7 +621,7 @@ async fn upstream_body_that_breaks_off_is_picked_up_where_it_broke() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_body_that_keeps_breaking_ends_in_an_error() {
     let (_upstream, proxy, _gateway, client) = env().await;
-    let body = data(3 * 1024 * 1024, 37);
+    let body = pseudo_random(3 * 1024 * 1024, 37);
     put(&client, "r", &body).await;
     proxy.fail_next(Method::GET, object_path, 4, Fault::CutBodyAfter(256 * 1024));
     let read = patient_read(&client, "r", None).await;
@@ -637,7 +643,7 @@ async fn upstream_body_that_keeps_breaking_ends_in_an_error() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_body_that_stalls_is_cut_not_hung() {
     let (_upstream, proxy, gateway, client) = env_with_timeout(Duration::from_secs(1)).await;
-    let body = data(3 * 1024 * 1024, 35);
+    let body = pseudo_random(3 * 1024 * 1024, 35);
     put(&client, "r", &body).await;
     // The first answer stalls after 256 KiB and so does every resumed one.
     proxy.fail_next(
@@ -673,7 +679,7 @@ async fn a_conditional_delete_names_the_upstream_etag() {
         .put_object()
         .bucket(BUCKET)
         .key("r")
-        .body(data(1000, 38).into())
+        .body(pseudo_random(1000, 38).into())
         .send()
         .await
         .unwrap();
@@ -710,7 +716,7 @@ fn is_completion(p: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_upstream_completion_keeps_the_client_waiting() {
     let (_upstream, proxy, _gateway, client) = env().await;
-    let body = data(300 * 1024, 35);
+    let body = pseudo_random(300 * 1024, 35);
     let id = crate::multipart::create(&client, "r").await;
     let part = crate::multipart::upload(&client, "r", &id, 1, body.clone()).await;
     proxy.fail_next(
@@ -777,7 +783,7 @@ fn open_upload_files(upstream: &crate::harness::Upstream) -> usize {
 async fn a_copy_the_client_gives_up_on_leaves_no_upload_open() {
     let (upstream, proxy, _gateway, client) = env().await;
     // Above the 8 MiB the gateway re-seals itself: the rest is copied server-side.
-    put(&client, "source", &data(9 << 20, 36)).await;
+    put(&client, "source", &pseudo_random(9 << 20, 36)).await;
     proxy.fail_next(
         Method::PUT,
         is_second_part_of_copy,
@@ -824,9 +830,9 @@ fn is_irr(p: &str) -> bool {
 async fn an_object_replaced_while_its_size_is_read_is_not_mixed_with_its_successor() {
     let limit = kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT;
     let (_upstream, proxy, _gateway, client) =
-        env_over(crate::harness::start_local_upstream().await, limit).await;
+        env_over(crate::harness::Upstream::local_dir().await, limit).await;
     // Irregular parts: the size is in the trailer, read with the header on a HEAD.
-    let parts = [data(5_300_000, 37), data(100, 38)];
+    let parts = [pseudo_random(5_300_000, 37), pseudo_random(100, 38)];
     let old = crate::multipart::put_in_parts(&client, "irr", &parts).await;
     // The completion left nothing in the gateway's cache, so the HEAD reads the header
     // upstream; that read is held back while another writer replaces the object.

@@ -7,7 +7,7 @@ use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
 use kura_gateway::config::TlsFiles;
 
-use crate::harness::{AK, BUCKET, Env, SK, data, gateway_config, raw_http, start_upstream};
+use crate::harness::{AK, BUCKET, Env, SK, Upstream, gateway_config, pseudo_random, raw_http};
 
 /// A test CA and a certificate for 127.0.0.1 signed by it: (CA, certificate, key).
 pub fn certificates(
@@ -78,7 +78,7 @@ pub fn certificates(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serves_https_with_the_configured_certificate() {
-    let upstream = start_upstream().await;
+    let upstream = Upstream::s3s_fs().await;
     let certs = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(certs.path());
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
@@ -106,7 +106,7 @@ async fn serves_https_with_the_configured_certificate() {
         .build();
     let client = aws_sdk_s3::Client::from_conf(conf);
     client.create_bucket().bucket(BUCKET).send().await.unwrap();
-    let body = data(200_000, 1);
+    let body = pseudo_random(200_000, 1);
     client
         .put_object()
         .bucket(BUCKET)
@@ -146,7 +146,7 @@ async fn serves_https_with_the_configured_certificate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_listener_serves_only_admin_endpoints() {
-    let upstream = start_upstream().await;
+    let upstream = Upstream::s3s_fs().await;
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
     let mut config = gateway_config(&upstream, keyring);
     config.admin_listen = Some("127.0.0.1:0".parse().unwrap());
@@ -162,7 +162,7 @@ async fn admin_listener_serves_only_admin_endpoints() {
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_drains_a_download_in_flight() {
     let env = Env::start().await;
-    let body = data(48 << 20, 3);
+    let body = pseudo_random(48 << 20, 3);
     env.put("big", &body).await;
     let addr = env.gateway.addr;
     let out = env
@@ -237,7 +237,7 @@ async fn upstream_over_tls_with_a_custom_ca_bundle() {
             });
         }
     });
-    let placeholder = start_upstream().await;
+    let placeholder = Upstream::s3s_fs().await;
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
     let with_ca = |ca_bundle: Option<std::path::PathBuf>| {
         let mut config = gateway_config(&placeholder, keyring.clone());
@@ -359,7 +359,7 @@ async fn shutdown_does_not_wait_for_idle_connections() {
 /// limit the connection and its task were held for ever.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tls_handshake_that_never_starts_is_cut_off() {
-    let upstream = start_upstream().await;
+    let upstream = Upstream::s3s_fs().await;
     let certs = tempfile::tempdir().unwrap();
     let (_ca, cert, key) = certificates(certs.path());
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());

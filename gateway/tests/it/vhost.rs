@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::harness::{AK, SK, client, data, gateway_config, sigv4_now, start_upstream};
+use crate::harness::{AK, SK, Upstream, client, gateway_config, pseudo_random, sigv4_now};
 
 /// A SigV4-signed GET with `UNSIGNED-PAYLOAD` for `host` and `path`.
 fn signed_get(host: &str, path: &str) -> String {
@@ -29,7 +29,7 @@ async fn send(addr: std::net::SocketAddr, raw: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bucket_in_the_host_name_and_in_the_path_both_work() {
-    let upstream = start_upstream().await;
+    let upstream = Upstream::s3s_fs().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -43,7 +43,7 @@ async fn bucket_in_the_host_name_and_in_the_path_both_work() {
     // Path style through the SDK, with the base domain as the host.
     let c = client(gw.addr, AK, SK);
     c.create_bucket().bucket("vhost").send().await.unwrap();
-    let body = data(70_000, 2);
+    let body = pseudo_random(70_000, 2);
     c.put_object()
         .bucket("vhost")
         .key("dir/file")

@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: deterministic plaintext and whole-object sealing.
+//! Helpers shared by keys' integration tests: a keyring and whole-object sealing (the
+//! plaintext comes from `kura-testkit`).
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
@@ -7,19 +8,6 @@ use std::sync::Arc;
 use kura_keys::{
     Cipher, Keyring, ObjectName, ObjectSecrets, PartInfo, PartSealer, Transform, trailer,
 };
-
-/// Deterministic, incompressible-looking plaintext.
-pub fn plaintext(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()[3]
-        })
-        .collect()
-}
 
 pub fn keyring() -> Keyring {
     Keyring::generate("test".into()).unwrap()

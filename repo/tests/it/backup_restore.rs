@@ -8,7 +8,7 @@ use kura_repo::{
     BackupOptions, Content, Include, Node, Params, RepoError, Repository, Source, backup, restore,
 };
 
-use crate::harness::{Env, random};
+use crate::harness::{Env, pseudo_random};
 
 pub fn opts() -> BackupOptions {
     BackupOptions {
@@ -33,13 +33,13 @@ fn make_tree(root: &Path) {
     std::fs::create_dir_all(root.join("a/b/c")).unwrap();
     std::fs::write(root.join("empty"), b"").unwrap();
     std::fs::write(root.join("a/small.txt"), b"hello kura\n").unwrap();
-    std::fs::write(root.join("a/b/random.bin"), random(3 << 20, 1)).unwrap();
+    std::fs::write(root.join("a/b/random.bin"), pseudo_random(3 << 20, 1)).unwrap();
     std::fs::write(
         root.join("a/b/c/text.log"),
         "kura backup line\n".repeat(100_000),
     )
     .unwrap();
-    std::fs::write(root.join("a/dup.bin"), random(3 << 20, 1)).unwrap();
+    std::fs::write(root.join("a/dup.bin"), pseudo_random(3 << 20, 1)).unwrap();
     std::os::unix::fs::symlink("b/random.bin", root.join("a/link")).unwrap();
     std::fs::hard_link(root.join("a/small.txt"), root.join("hard")).unwrap();
     std::fs::write(root.join("mode600"), b"secret-ish").unwrap();
@@ -233,7 +233,7 @@ async fn a_tree_with_every_file_type_comes_back_identical() {
 async fn a_second_backup_of_unchanged_data_adds_only_its_snapshot() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("f"), random(2 << 20, 7)).unwrap();
+    std::fs::write(src.path().join("f"), pseudo_random(2 << 20, 7)).unwrap();
     let mut repo = Repository::init(env.backend("again"), small_params())
         .await
         .unwrap();
@@ -264,9 +264,9 @@ async fn an_image_with_zero_regions_is_stored_without_them_and_restored_sparse()
     let image = src.path().join("disk.img");
     let block = 64 << 10;
     let mut bytes = Vec::new();
-    bytes.extend(random(3 * block, 3));
+    bytes.extend(pseudo_random(3 * block, 3));
     bytes.extend(vec![0u8; 10 * block]);
-    bytes.extend(random(block + 100, 4));
+    bytes.extend(pseudo_random(block + 100, 4));
     bytes.extend(vec![0u8; 4 * block]);
     std::fs::write(&image, &bytes).unwrap();
     let mut repo = Repository::init(env.backend("img"), small_params())
@@ -325,7 +325,7 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
         } else {
             i * (32 << 20) + 12_345 * i
         };
-        let region = random((1 << 20) + 4097, 100 + i);
+        let region = pseudo_random((1 << 20) + 4097, 100 + i);
         let region = &region[..usize::try_from((LEN - at).min(region.len() as u64)).unwrap()];
         file.seek(SeekFrom::Start(at)).unwrap();
         file.write_all(region).unwrap();
@@ -369,7 +369,11 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_from_stdin_comes_back_to_a_writer() {
     let env = Env::start().await;
-    let data = [random(1 << 20, 9), "text ".repeat(50_000).into_bytes()].concat();
+    let data = [
+        pseudo_random(1 << 20, 9),
+        "text ".repeat(50_000).into_bytes(),
+    ]
+    .concat();
     let mut repo = Repository::init(env.backend("stream"), small_params())
         .await
         .unwrap();
@@ -424,7 +428,7 @@ fn packs(env: &Env) -> Vec<std::path::PathBuf> {
 async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("f"), random(1 << 20, 5)).unwrap();
+    std::fs::write(src.path().join("f"), pseudo_random(1 << 20, 5)).unwrap();
     let mut repo = Repository::init(env.backend("dmg"), small_params())
         .await
         .unwrap();
@@ -451,7 +455,7 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
     std::fs::create_dir_all(data.join("sub")).unwrap();
-    std::fs::write(data.join("a.bin"), random(1 << 20, 11)).unwrap();
+    std::fs::write(data.join("a.bin"), pseudo_random(1 << 20, 11)).unwrap();
     let mut repo = Repository::init(env.backend("part"), small_params())
         .await
         .unwrap();
@@ -460,7 +464,7 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
         .await
         .unwrap();
     let damaged = packs(&env);
-    std::fs::write(data.join("b.bin"), random(1 << 20, 12)).unwrap();
+    std::fs::write(data.join("b.bin"), pseudo_random(1 << 20, 12)).unwrap();
     std::fs::write(data.join("sub/c.txt"), b"small").unwrap();
     let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
         .await
@@ -476,7 +480,7 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
         summary.failed
     );
     assert!(!out.path().join("data/a.bin").exists());
-    assert!(std::fs::read(out.path().join("data/b.bin")).unwrap() == random(1 << 20, 12));
+    assert!(std::fs::read(out.path().join("data/b.bin")).unwrap() == pseudo_random(1 << 20, 12));
     assert_eq!(
         std::fs::read(out.path().join("data/sub/c.txt")).unwrap(),
         b"small"
@@ -518,7 +522,11 @@ async fn repository_with_a_run_of_damage(
     std::fs::create_dir_all(&first).unwrap();
     let n = 8 * kura_repo::FAILURES_IN_A_ROW + 2;
     for i in 0..n {
-        std::fs::write(first.join(format!("f{i:03}")), random(4096, i as u64)).unwrap();
+        std::fs::write(
+            first.join(format!("f{i:03}")),
+            pseudo_random(4096, i as u64),
+        )
+        .unwrap();
     }
     std::fs::hard_link(first.join("f000"), first.join("link")).unwrap();
     let mut repo = Repository::init(env.backend(prefix), small_params())

@@ -8,7 +8,7 @@ use kura_repo::{
 };
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, random};
+use crate::harness::{Env, pseudo_random};
 
 fn pack_count(env: &Env, prefix: &str) -> usize {
     env.stored_files()
@@ -22,7 +22,7 @@ async fn an_incremental_backup_reads_only_what_changed() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     for (i, name) in ["a.bin", "b.bin", "c.bin"].iter().enumerate() {
-        std::fs::write(src.path().join(name), random(500_000, i as u64)).unwrap();
+        std::fs::write(src.path().join(name), pseudo_random(500_000, i as u64)).unwrap();
     }
     let mut repo = Repository::init(env.backend("inc"), small_params())
         .await
@@ -30,7 +30,7 @@ async fn an_incremental_backup_reads_only_what_changed() {
     let (first, _) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
         .await
         .unwrap();
-    std::fs::write(src.path().join("b.bin"), random(300_000, 99)).unwrap();
+    std::fs::write(src.path().join("b.bin"), pseudo_random(300_000, 99)).unwrap();
     let mut o = opts();
     o.parent = Some(first);
     let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), o)
@@ -62,8 +62,8 @@ async fn an_incremental_backup_reads_only_what_changed() {
 async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("a.bin"), random(3 << 20, 7)).unwrap();
-    std::fs::write(src.path().join("b.bin"), random(3 << 20, 8)).unwrap();
+    std::fs::write(src.path().join("a.bin"), pseudo_random(3 << 20, 7)).unwrap();
+    std::fs::write(src.path().join("b.bin"), pseudo_random(3 << 20, 8)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
     let mut repo = Repository::init(env.backend("stale"), small_params())
         .await
@@ -88,7 +88,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
     prune_deletes_what_it_marked(&mut repo).await;
 
     let (_, snap) = backup(&mut stale, source("a.bin"), opts()).await.unwrap();
-    assert_clean_and_restored(&env, "stale", &snap, "a.bin", &random(3 << 20, 7)).await;
+    assert_clean_and_restored(&env, "stale", &snap, "a.bin", &pseudo_random(3 << 20, 7)).await;
 }
 
 /// Runs prune twice with no grace period: marks, then deletes.
@@ -121,8 +121,8 @@ async fn assert_clean_and_restored(
 async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     let env = Env::start().await;
     let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    std::fs::write(old.path().join("old.bin"), random(3 << 20, 1)).unwrap();
-    std::fs::write(new.path().join("new.bin"), random(3 << 20, 2)).unwrap();
+    std::fs::write(old.path().join("old.bin"), pseudo_random(3 << 20, 1)).unwrap();
+    std::fs::write(new.path().join("new.bin"), pseudo_random(3 << 20, 2)).unwrap();
     let mut repo = Repository::init(env.backend("gc"), small_params())
         .await
         .unwrap();
@@ -170,7 +170,7 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
         .unwrap();
     assert_eq!(
         std::fs::read(out.path().join("new.bin")).unwrap(),
-        random(3 << 20, 2)
+        pseudo_random(3 << 20, 2)
     );
 }
 
@@ -183,8 +183,8 @@ async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
     let dirs: Vec<_> = (0..3u64)
         .map(|n| {
             let d = tempfile::tempdir().unwrap();
-            std::fs::write(d.path().join("shared.bin"), random(2 << 20, 1000)).unwrap();
-            std::fs::write(d.path().join("own.bin"), random(2 << 20, n)).unwrap();
+            std::fs::write(d.path().join("shared.bin"), pseudo_random(2 << 20, 1000)).unwrap();
+            std::fs::write(d.path().join("own.bin"), pseudo_random(2 << 20, n)).unwrap();
             d
         })
         .collect();
@@ -234,7 +234,7 @@ async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
 async fn check_read_data_names_the_file_behind_a_damaged_pack() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("x.bin"), random(600_000, 5)).unwrap();
+    std::fs::write(src.path().join("x.bin"), pseudo_random(600_000, 5)).unwrap();
     let mut repo = Repository::init(env.backend("chk"), small_params())
         .await
         .unwrap();
@@ -425,8 +425,8 @@ impl kura_repo::Backend for DeletedBeforeFirstRead {
 async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("a.bin"), random(1 << 20, 3)).unwrap();
-    std::fs::write(src.path().join("b.bin"), random(1 << 20, 4)).unwrap();
+    std::fs::write(src.path().join("a.bin"), pseudo_random(1 << 20, 3)).unwrap();
+    std::fs::write(src.path().join("b.bin"), pseudo_random(1 << 20, 4)).unwrap();
     let mut repo = Repository::init(env.backend("relist"), small_params())
         .await
         .unwrap();
@@ -451,8 +451,8 @@ async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
 async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("a.bin"), random(1 << 20, 5)).unwrap();
-    std::fs::write(src.path().join("b.bin"), random(1 << 20, 6)).unwrap();
+    std::fs::write(src.path().join("a.bin"), pseudo_random(1 << 20, 5)).unwrap();
+    std::fs::write(src.path().join("b.bin"), pseudo_random(1 << 20, 6)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
     let mut repo = Repository::init(env.backend("marks"), small_params())
         .await
@@ -485,8 +485,8 @@ async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
 async fn a_second_backup_on_one_handle_sees_a_prune_of_what_the_first_wrote() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
-    std::fs::write(src.path().join("x.bin"), random(3 << 20, 21)).unwrap();
-    std::fs::write(src.path().join("y.bin"), random(3 << 20, 22)).unwrap();
+    std::fs::write(src.path().join("x.bin"), pseudo_random(3 << 20, 21)).unwrap();
+    std::fs::write(src.path().join("y.bin"), pseudo_random(3 << 20, 22)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
     let mut held = Repository::init(env.backend("held"), small_params())
         .await
@@ -503,5 +503,5 @@ async fn a_second_backup_on_one_handle_sees_a_prune_of_what_the_first_wrote() {
     prune_deletes_what_it_marked(&mut other).await;
 
     let (_, snap) = backup(&mut held, source("y.bin"), opts()).await.unwrap();
-    assert_clean_and_restored(&env, "held", &snap, "y.bin", &random(3 << 20, 22)).await;
+    assert_clean_and_restored(&env, "held", &snap, "y.bin", &pseudo_random(3 << 20, 22)).await;
 }

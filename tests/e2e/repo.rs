@@ -4,7 +4,11 @@
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::gateway::{embedded_gateway, free_port, stop, wait_ready};
+use kura_testkit::data::pseudo_random;
+use kura_testkit::net::free_port;
+use kura_testkit::process::{kura_bin, stop, wait_ready};
+
+use crate::gateway::embedded_gateway;
 
 struct Gateway {
     child: Option<Child>,
@@ -40,7 +44,7 @@ fn gateway() -> Gateway {
 
 /// `kura ARGS` with the repository and the gateway's credentials in the environment.
 fn command<S: AsRef<std::ffi::OsStr>>(gw: &Gateway, args: &[S]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    let mut cmd = Command::new(kura_bin());
     cmd.args(args)
         .env("KURA_REPOSITORY", "s3://backups/cluster-a")
         .env("KURA_ENDPOINT", format!("http://127.0.0.1:{}", gw.port))
@@ -246,7 +250,7 @@ fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
 fn a_backup_relies_on_no_pack_a_prune_has_marked() {
     let gw = gateway();
     ok(&kura(&gw, &["init"], None));
-    let (old, other) = (noise(300_000, 61), noise(1_000, 62));
+    let (old, other) = (pseudo_random(300_000, 61), pseudo_random(1_000, 62));
     for data in [&old, &other] {
         ok(&kura(
             &gw,
@@ -324,7 +328,7 @@ fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() 
     assert!(err.contains("no repository here"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    let mut cmd = Command::new(kura_bin());
     let port = free_port();
     let out = cmd
         .args([
@@ -344,7 +348,7 @@ fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() 
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
     // The right gateway, the wrong secret.
-    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let out = Command::new(kura_bin())
         .args([
             "snapshots",
             "--repo",
@@ -426,7 +430,7 @@ fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused()
         // Incompressible, so that packs fill and the first index comes well before the end.
         std::fs::write(
             src.path().join(format!("part-{i}.bin")),
-            noise(6_000_000, i),
+            pseudo_random(6_000_000, i),
         )
         .unwrap();
     }
@@ -476,7 +480,7 @@ fn a_backup_killed_midway_leaves_a_clean_repository_and_its_uploads_are_reused()
 fn without_an_endpoint_the_embedded_default_runs_in_process() {
     let data = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_kura"))
+        Command::new(kura_bin())
             .args(args)
             .args(["--repo", "s3://local/repo", "--data-dir"])
             .arg(data.path())
@@ -550,7 +554,7 @@ fn a_config_file_names_the_repository_endpoint_and_credential() {
     )
     .unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_kura"))
+        Command::new(kura_bin())
             .args(args)
             .arg("--config")
             .arg(&config)
@@ -622,7 +626,7 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
     ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
     // Garbage for prune: a snapshot with a unique file, then forgotten.
     let old = tempfile::tempdir().unwrap();
-    std::fs::write(old.path().join("gone.bin"), noise(3 << 20, 99)).unwrap();
+    std::fs::write(old.path().join("gone.bin"), pseudo_random(3 << 20, 99)).unwrap();
     let old_path = old.path().to_str().unwrap();
     ok(&kura(&gw, &["backup", "--host", "old", old_path], None));
     std::fs::remove_file(old.path().join("gone.bin")).unwrap();
@@ -634,7 +638,11 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
     let nodes: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     for (i, dir) in nodes.iter().enumerate() {
         tree(dir.path());
-        std::fs::write(dir.path().join("node.bin"), noise(4 << 20, i as u64)).unwrap();
+        std::fs::write(
+            dir.path().join("node.bin"),
+            pseudo_random(4 << 20, i as u64),
+        )
+        .unwrap();
     }
     let spawn = |args: Vec<String>| {
         command(&gw, &args)
@@ -705,17 +713,4 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
             );
         }
     }
-}
-
-/// Pseudo-random bytes (xorshift), different per seed.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s.to_le_bytes()[2]
-        })
-        .collect()
 }

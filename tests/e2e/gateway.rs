@@ -3,33 +3,15 @@
 
 use std::io::Read as _;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    std::io::Write::write_all(
-        &mut s,
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
+use kura_testkit::net::{free_port, http_get};
+use kura_testkit::process::{kura_bin, stop, wait_ready};
 
 /// `kura gateway` on the embedded default in `dir`, listening on `port`; the caller adds
 /// its environment and what becomes of the output.
 pub fn embedded_gateway(dir: &std::path::Path, port: u16) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+    let mut cmd = Command::new(kura_bin());
     cmd.args([
         "gateway",
         "--listen",
@@ -38,26 +20,6 @@ pub fn embedded_gateway(dir: &std::path::Path, port: u16) -> Command {
     ])
     .arg(dir);
     cmd
-}
-
-pub fn wait_ready(port: u16, child: &mut Child) {
-    for _ in 0..200 {
-        if get(port, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("gateway exited early: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gateway did not become ready");
-}
-
-pub fn stop(mut child: Child) -> std::process::ExitStatus {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    child.wait().unwrap()
 }
 
 #[test]
@@ -74,7 +36,7 @@ fn embedded_default_first_start_makes_keys_and_credentials() {
     wait_ready(port, &mut child);
     assert!(dir.path().join("kura-keys.toml").exists());
     assert!(dir.path().join("credentials.toml").exists());
-    let ready = get(port, "/readyz").unwrap();
+    let ready = http_get(port, "/readyz").unwrap();
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -110,7 +72,7 @@ fn config_file_credentials_and_flags() {
     );
     std::fs::write(dir.path().join("kura.toml"), config).unwrap();
     // --listen overrides the file's address.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let mut child = Command::new(kura_bin())
         .args([
             "gateway",
             "--listen",
@@ -139,7 +101,7 @@ fn config_file_credentials_and_flags() {
         "[[credentials]]\naccess_key_id = \"x\"\nbuckets = []\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let out = Command::new(kura_bin())
         .args(["gateway", "--data-dir"])
         .arg(dir.path().join("d2"))
         .arg("--config")
@@ -163,14 +125,14 @@ fn upstream_timeout_of_zero_is_refused() {
         "key_file = \"keys.toml\"\n\n[upstream]\nurl = \"http://127.0.0.1:1\"\ntimeout = 0\n",
     )
     .unwrap();
-    let from_file = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let from_file = Command::new(kura_bin())
         .args(["gateway", "--config"])
         .arg(&config)
         .env("KURA_ACCESS_KEY_ID", "a")
         .env("KURA_SECRET_ACCESS_KEY", "b")
         .output()
         .unwrap();
-    let from_flag = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let from_flag = Command::new(kura_bin())
         .args(["gateway", "--upstream-timeout", "0", "--config"])
         .arg(&config)
         .output()
@@ -206,7 +168,7 @@ fn settings_that_would_misbehave_are_refused() {
         "key_file = \"keys.toml\"\n\n[upstream]\nurl = \"http://127.0.0.1:1\"\nsecret_access_key = \"s\"\n",
     );
     let run = |config: Option<&std::path::Path>, extra: &[&str], env: &[(&str, &str)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kura"));
+        let mut cmd = Command::new(kura_bin());
         cmd.args(["gateway", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("data"))
             .args(extra)

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use base64::Engine as _;
+use kura_testkit::process::kura_bin;
 
 fn kura(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+    let mut child = Command::new(kura_bin())
         .args(args)
         .env_remove("KURA_KEY_PASSPHRASE")
         .env_remove("KURA_KEY_FILE")
@@ -28,7 +29,7 @@ fn kura(args: &[&str], stdin: &[u8]) -> Output {
 }
 
 fn kura_file_stdin(args: &[&str], stdin: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kura"))
+    Command::new(kura_bin())
         .args(args)
         .env_remove("KURA_KEY_PASSPHRASE")
         .stdin(std::fs::File::open(stdin).unwrap())
@@ -171,7 +172,7 @@ fn sealed_key_file_needs_its_passphrase() {
     let kf = dir.path().join("s.toml");
     let kfs = kf.to_str().unwrap();
     let run = |args: &[&str], pass: Option<&str>, input: &[u8]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_kura"));
+        let mut c = Command::new(kura_bin());
         c.args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -248,7 +249,7 @@ fn decrypts_multipart_bodies_from_the_format_vectors() {
         let body = dir.path().join(name);
         std::fs::write(&body, &raw[split + 2..]).unwrap();
         let (bucket, key) = (field("bucket"), field("key"));
-        let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+        let out = Command::new(kura_bin())
             .args([
                 "keys",
                 "decrypt",
