@@ -12,6 +12,8 @@
 //!   directory served in-process (the embedded default), both behind s3s's `S3` trait.
 //! - `s3`: `impl S3` for [`Gateway`], thin, with one file per operation family.
 //! - `body`, `object`, `etag`, `upload_id`: the pieces those operations share.
+//! - [`embedded`]: the embedded default's directory (a recovery contract), and the
+//!   in-process gateway that repository commands start on loopback.
 //! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown;
 //!   `chunk_guard` bounds aws-chunked chunks before s3s buffers them.
 //!
@@ -21,6 +23,7 @@
 
 pub mod config;
 pub mod credentials;
+pub mod embedded;
 pub mod metrics;
 pub mod server;
 pub mod upstream;

@@ -1,4 +1,11 @@
-//! The key file (SPEC 9): TOML text, optionally sealed under a passphrase with Argon2id.
+//! The key file (SPEC 9): TOML text, optionally sealed under a passphrase with Argon2id,
+//! and its place on disk: readable by its owner only, never overwritten by a new key file,
+//! replaced atomically when it changes (rotation). The CLI and the gateway's embedded
+//! default both write key files (and the embedded default's generated credentials) here.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -229,4 +236,72 @@ fn unseal(sealed: &SealedToml, passphrase: &Passphrase) -> Result<Zeroizing<Vec<
         .len();
     buf.truncate(len);
     Ok(buf)
+}
+
+/// What [`write_private`] and [`Keyring::save`] do when the file is already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Existing {
+    /// Refuse (`O_EXCL`): writing a new key over an old one would lose every object the
+    /// old one sealed.
+    Refuse,
+    /// Replace it atomically: write a new file beside it, sync it, rename it over the old
+    /// one, so that a crash leaves the old file or the new one, never half of either.
+    Replace,
+}
+
+/// Writes `bytes` to `path` as a file only its owner can read or write (mode 0600 from the
+/// moment it exists), synced to disk before this returns.
+///
+/// # Errors
+/// [`Error::Io`] when the file exists and `existing` is [`Existing::Refuse`], when a
+/// replacement's temporary file (`PATH.tmp-kura`, left by a crash) exists, or when writing
+/// fails.
+pub fn write_private(path: &Path, bytes: &[u8], existing: Existing) -> Result<()> {
+    let tmp = path.with_extension("tmp-kura");
+    let target = match existing {
+        Existing::Refuse => path,
+        Existing::Replace => tmp.as_path(),
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(target)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    if existing == Existing::Replace {
+        std::fs::rename(&tmp, path)?;
+    }
+    Ok(())
+}
+
+impl Keyring {
+    /// Writes this keyring as a key file at `path` with [`write_private`]: sealed under
+    /// `passphrase` when one is given, plain TOML otherwise.
+    ///
+    /// # Errors
+    /// As [`write_private`], and as [`Keyring::to_sealed_toml`].
+    pub fn save(
+        &self,
+        path: &Path,
+        passphrase: Option<&Passphrase>,
+        existing: Existing,
+    ) -> Result<()> {
+        let text = match passphrase {
+            Some(p) => Zeroizing::new(self.to_sealed_toml(p)?),
+            None => self.to_toml()?,
+        };
+        write_private(path, text.as_bytes(), existing)
+    }
+}
+
+/// Now, in RFC 3339 to the second: the `created` time that key files record for a key.
+#[must_use]
+pub fn timestamp_now() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }

@@ -55,6 +55,7 @@ pub fn wait_ready(port: u16, child: &mut Child) {
 ///
 /// # Panics
 /// When the process cannot be waited for.
+#[must_use = "the exit status says whether it drained cleanly"]
 pub fn stop(mut child: Child) -> ExitStatus {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

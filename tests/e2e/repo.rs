@@ -19,7 +19,7 @@ struct Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         if let Some(c) = self.child.take() {
-            stop(c);
+            let _ = stop(c);
         }
     }
 }

@@ -10,9 +10,9 @@ use kura_gateway::config::{
     BucketScope, ClientCredential, DEFAULT_UPSTREAM_TIMEOUT, FileConfig, GatewayConfig, TlsFiles,
     UpstreamConfig,
 };
+use kura_gateway::embedded::EmbeddedDir;
 use kura_keys::{Cipher, Keyring};
 
-use super::embedded;
 use crate::args::GatewayArgs;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
@@ -184,15 +184,54 @@ fn upstream_and_keyring(
             .clone()
             .or(file.data_dir.clone())
             .context("give --data-dir (embedded upstream) or --upstream URL")?;
-        let setup = embedded::prepare(&dir, key_file.as_deref(), need_credentials)?;
-        Ok((
-            UpstreamConfig::Local {
-                dir: setup.objects_dir,
-            },
-            setup.keyring,
-            setup.credentials,
-        ))
+        let (upstream, keyring, credentials) = prepare_embedded(
+            &EmbeddedDir::new(&dir),
+            key_file.as_deref(),
+            need_credentials,
+        )?;
+        Ok((upstream, keyring, credentials))
     }
+}
+
+/// The embedded default on first start: makes its directory, generates the key file and
+/// (when `need_credentials`) a client credential, and tells the operator about both.
+fn prepare_embedded(
+    dir: &EmbeddedDir,
+    key_file: Option<&std::path::Path>,
+    need_credentials: bool,
+) -> anyhow::Result<(UpstreamConfig, Keyring, Vec<ClientCredential>)> {
+    let (key_path, generated) = dir.prepare(key_file)?;
+    if generated {
+        eprintln!(
+            "\n!!! kura: generated a NEW KEY FILE at {}\n!!! Everything stored through this gateway is encrypted with it.\n!!! BACK IT UP NOW, away from {}: without it nothing can be decrypted.\n",
+            key_path.display(),
+            dir.root().display()
+        );
+    }
+    let keyring = load_keyring(&key_path)?;
+    let mut credentials = Vec::new();
+    if need_credentials {
+        let stored = dir.client_credential()?;
+        let path = dir.credentials_file();
+        if stored.generated {
+            println!(
+                "kura gateway: client credentials (also in {}):\n  AWS_ACCESS_KEY_ID={}\n  AWS_SECRET_ACCESS_KEY={}",
+                path.display(),
+                stored.credential.access_key,
+                stored.credential.secret.expose()
+            );
+        } else {
+            println!("kura gateway: client credentials are in {}", path.display());
+        }
+        credentials.push(stored.credential);
+    }
+    Ok((
+        UpstreamConfig::Local {
+            dir: dir.objects_dir(),
+        },
+        keyring,
+        credentials,
+    ))
 }
 
 /// The upstream settings given, by name, which mean nothing without an upstream URL.
@@ -215,10 +254,10 @@ fn upstream_only_settings(args: &GatewayArgs, file: &FileConfig) -> Vec<&'static
     .collect()
 }
 
-/// A gateway for one `kura` command to talk to over loopback (`kura backup` and friends
-/// without --endpoint): the embedded default on `--data-dir`, or `--upstream` with a key
-/// file, and one random credential that lives as long as the process.
-pub fn in_process(args: &GatewayArgs) -> anyhow::Result<(GatewayConfig, String, String)> {
+/// The upstream and key file for a gateway that one `kura` command starts in-process
+/// (`kura backup` and friends without --endpoint): the embedded default on `--data-dir`,
+/// or `--upstream` with a key file.
+pub fn in_process(args: &GatewayArgs) -> anyhow::Result<(UpstreamConfig, Keyring)> {
     let file = FileConfig::default();
     let (upstream, keyring, _) = upstream_and_keyring(
         args,
@@ -227,23 +266,7 @@ pub fn in_process(args: &GatewayArgs) -> anyhow::Result<(GatewayConfig, String, 
         args.key_file.clone(),
         false,
     )?;
-    let access_key = format!("kura-cli-{}", embedded::random_token(6)?);
-    let secret = embedded::random_token(20)?;
-    let config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().expect("valid address"),
-        admin_listen: None,
-        upstream,
-        keyring: Arc::new(keyring),
-        cipher: Cipher::Aes256Gcm,
-        credentials: vec![ClientCredential {
-            access_key: access_key.clone(),
-            secret: secret.clone().into(),
-            buckets: BucketScope::All,
-        }],
-        tls: None,
-        virtual_host_domain: None,
-    };
-    Ok((config, access_key, secret))
+    Ok((upstream, keyring))
 }
 
 #[cfg(test)]
@@ -269,7 +292,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key_file = dir.path().join("keys.toml");
         let keyring = Keyring::generate("test".into()).unwrap();
-        crate::keys::save_new_key_file(&key_file, &keyring).unwrap();
+        keyring
+            .save(&key_file, None, kura_keys::keyfile::Existing::Refuse)
+            .unwrap();
         let file: FileConfig = toml::from_str(file_text).unwrap();
         let url = Some("http://upstream:9000".to_string());
         let (upstream, _, _) =

@@ -1,9 +1,8 @@
 //! `kura gateway`: raw flags and config file become a checked `GatewayConfig`
-//! (`config.rs`), the embedded default is prepared on first start (`embedded.rs`), then
-//! the gateway serves until SIGINT or SIGTERM and drains in-flight requests.
+//! (`config.rs`; the embedded default's directory is `kura_gateway::embedded`), then the
+//! gateway serves until SIGINT or SIGTERM and drains in-flight requests.
 
 mod config;
-mod embedded;
 
 pub use config::in_process;
 

@@ -1,10 +1,11 @@
 //! Loading and saving key files, with the passphrase from the environment or the terminal.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use kura_keys::Keyring;
+use kura_keys::keyfile::Existing;
 use kura_keys::secret::Passphrase;
 
 const PASSPHRASE_ENV: &str = "KURA_KEY_PASSPHRASE";
@@ -50,39 +51,21 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     })
 }
 
-/// Writes a key file readable by its owner only. With `replace`, it replaces an existing
-/// file atomically (write beside, then rename); otherwise it refuses to overwrite.
+/// Writes a key file readable by its owner only (`kura_keys::keyfile::write_private`).
+/// With `replace`, it replaces an existing file atomically; otherwise it refuses to
+/// overwrite.
 pub fn save(
     path: &Path,
     keyring: &Keyring,
     passphrase: Option<&Passphrase>,
     replace: bool,
 ) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let text = match passphrase {
-        Some(p) => zeroize::Zeroizing::new(keyring.to_sealed_toml(p)?),
-        None => keyring.to_toml()?,
+    let existing = if replace {
+        Existing::Replace
+    } else {
+        Existing::Refuse
     };
-    let tmp = path.with_extension("tmp-kura");
-    let target = if replace { tmp.as_path() } else { path };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(target)
-        .with_context(|| format!("creating {}", target.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    if replace {
-        std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
-    }
-    Ok(())
-}
-
-pub fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    keyring
+        .save(path, passphrase, existing)
+        .with_context(|| format!("writing key file {}", path.display()))
 }

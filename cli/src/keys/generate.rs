@@ -12,7 +12,7 @@ pub fn run(out: &Path, sealed: bool) -> anyhow::Result<()> {
     } else {
         None
     };
-    let keyring = Keyring::generate(file::now())?;
+    let keyring = Keyring::generate(kura_keys::keyfile::timestamp_now())?;
     file::save(out, &keyring, passphrase.as_ref(), false)?;
     eprintln!(
         "kura: wrote key file {} (active key {}). Back it up now: without it, nothing encrypted with it can be read.",

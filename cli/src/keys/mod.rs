@@ -9,19 +9,9 @@ mod rotate;
 
 use crate::args::KeysCommand;
 
-pub use file::now;
-
 /// Loads a key file (asking for its passphrase if sealed), for other commands.
 pub fn load_key_file(path: &std::path::Path) -> anyhow::Result<kura_keys::Keyring> {
     Ok(file::load(path)?.keyring)
-}
-
-/// Writes a new, unsealed key file; refuses to overwrite.
-pub fn save_new_key_file(
-    path: &std::path::Path,
-    keyring: &kura_keys::Keyring,
-) -> anyhow::Result<()> {
-    file::save(path, keyring, None, false)
 }
 
 pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use super::file;
 
 pub fn run(path: &Path) -> anyhow::Result<()> {
     let mut loaded = file::load(path)?;
-    let id = loaded.keyring.rotate(file::now())?;
+    let id = loaded.keyring.rotate(kura_keys::keyfile::timestamp_now())?;
     file::save(path, &loaded.keyring, loaded.passphrase.as_ref(), true)?;
     eprintln!(
         "kura: key {id} is now active in {}; older keys remain for reading.",

@@ -85,15 +85,13 @@ async fn start_gateway(
     String,
     Option<kura_gateway::server::Running>,
 )> {
-    let (config, access_key, secret_key) = crate::gateway::in_process(args)?;
-    let running = kura_gateway::server::start(config)
-        .await
-        .context("starting the in-process gateway")?;
+    let (upstream, keyring) = crate::gateway::in_process(args)?;
+    let gateway = kura_gateway::embedded::start_in_process(upstream, keyring).await?;
     Ok((
-        format!("http://{}", running.addr),
-        access_key,
-        secret_key,
-        Some(running),
+        gateway.endpoint,
+        gateway.access_key,
+        gateway.secret_key,
+        Some(gateway.running),
     ))
 }
 

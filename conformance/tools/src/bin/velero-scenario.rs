@@ -1,5 +1,5 @@
 //! The Velero-shaped conformance scenario: the S3 calls Velero's aws plugin makes, made
-//! with aws-sdk-s3 against a kura gateway (see `../shared/NOTES.md`, section 2).
+//! with aws-sdk-s3 against a kura gateway.
 //!
 //! Velero uploads backup tarballs with a multipart upload manager (5 MiB parts, 5 in
 //! flight, the SDK's default CRC32 trailer checksums), reads them back whole and by
