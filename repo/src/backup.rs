@@ -103,7 +103,7 @@ pub async fn backup<B: Backend>(
     // Marks first, then the index: a prune that deletes a marked pack rewrites the index
     // before it deletes the mark, so a mark gone by now means an index read now no longer
     // lists its packs. The index the repository was opened with may be older than that.
-    let marked = crate::prune::marked_packs(repo).await?;
+    let marked = crate::marks::marked_packs(repo).await?;
     repo.refresh_index().await?;
     let parent_root = match &opts.parent {
         Some(id) => Some(repo.load_snapshot(id).await?.tree),
@@ -178,7 +178,7 @@ struct Writer<B: Backend> {
     /// Blobs this backup stored (the handle's index covers the rest), so that a blob is
     /// stored once.
     added: HashSet<Id>,
-    /// Packs that a prune has marked as unused (`prune.rs`): a later prune may delete them
+    /// Packs that a prune has marked as unused (`marks.rs`): a later prune may delete them
     /// while this backup runs, so it neither reuses their blobs nor keeps a parent's
     /// content that lies in them.
     marked: HashSet<Id>,

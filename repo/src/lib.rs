@@ -25,6 +25,7 @@ pub mod fsmeta;
 pub mod id;
 pub mod include;
 pub mod index;
+mod marks;
 pub mod pack;
 pub mod progress;
 pub mod prune;

@@ -6,21 +6,21 @@
 //! that are still unused by every snapshot then present, after rewriting the index objects
 //! that list them. Backups only add, and a backup reads the marks when it starts (then the
 //! index, which phase 2 rewrites before it deletes a mark) and relies on no blob of a
-//! marked pack (`backup.rs`, `marked_packs`): it stores such a blob again. A backup that started before a mark may have reused the pack's blobs; its
-//! snapshot, once written, makes phase 2 keep the pack, so the grace period must exceed
-//! the longest backup (default 24 h).
+//! marked pack (`marks.rs`, `marked_packs`): it stores such a blob again. A backup that
+//! started before a mark may have reused the pack's blobs; its snapshot, once written,
+//! makes phase 2 keep the pack, so the grace period must exceed the longest backup
+//! (default 24 h). The marks themselves are `marks.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, FileType};
-use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
+use crate::marks::{delete_mark, read_marks, write_mark};
 use crate::repository::Repository;
 use crate::tree::{Content, NodeType};
 
@@ -35,12 +35,6 @@ pub struct PruneReport {
     pub deleted_bytes: u64,
     /// Marked packs that a snapshot uses again, unmarked.
     pub rescued: usize,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Mark {
-    time: String,
-    packs: Vec<Id>,
 }
 
 /// Runs both phases.
@@ -101,7 +95,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
             report.deleted_bytes += stored.get(p).copied().unwrap_or(0);
             deleted.insert(*p);
         }
-        repo.backend.delete(FileType::PruneMark, &name).await?;
+        delete_mark(repo, &name).await?;
     }
 
     // Phase 1: mark what is unused and not already waiting.
@@ -112,43 +106,9 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         .collect();
     if !fresh.is_empty() {
         report.marked = fresh.len();
-        let bytes = serde_json::to_vec(&Mark {
-            time: now_rfc3339(),
-            packs: fresh,
-        })
-        .map_err(|e| RepoError::corrupt("prune mark", e))?;
-        let id = repo.config.id_key.id(&bytes);
-        repo.backend
-            .put(FileType::PruneMark, &id.to_hex(), Bytes::from(bytes))
-            .await?;
+        write_mark(repo, fresh).await?;
     }
     Ok(report)
-}
-
-/// The packs that prune marks list (phase 1 done, phase 2 not yet): a backup opened now
-/// must not rely on them, since a prune may delete them before it ends.
-///
-/// # Errors
-/// Storage errors, or a mark that does not parse.
-pub(crate) async fn marked_packs<B: Backend>(repo: &Repository<B>) -> Result<HashSet<Id>> {
-    let marks = read_marks(repo).await?;
-    Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
-}
-
-/// Every prune mark, by name. A mark listed and then deleted (by a prune's phase 2) before
-/// it is read is gone, not an error.
-async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(String, Mark)>> {
-    let mut marks = Vec::new();
-    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
-        let bytes = match repo.backend.get(FileType::PruneMark, &name).await {
-            Err(RepoError::NotFound(_)) => continue,
-            got => got?,
-        };
-        let mark: Mark = serde_json::from_slice(&bytes)
-            .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
-        marks.push((name, mark));
-    }
-    Ok(marks)
 }
 
 /// Rewrites the index objects that list any of `doomed`: a new object with their other
