@@ -18,7 +18,6 @@ pub mod cdc;
 pub mod check;
 pub mod config;
 pub mod diff;
-pub mod direct;
 pub mod error;
 pub mod forget;
 pub mod fsmeta;
