@@ -6,12 +6,11 @@
 //! tree and snapshot objects in an order that leaves the repository readable whenever a
 //! backup stops.
 //!
-//! - [`backend`]: storage keyed by (file type, name); S3 through the gateway.
+//! - [`storage`]: where objects are kept, keyed by (file type, name); S3 through the gateway.
 //! - [`Repository`]: an opened repository (config read, index loaded).
 //! - [`backup()`] and [`restore()`]: the two directions.
 //! - [`check()`], [`forget()`], [`prune()`]: upkeep.
 
-pub mod backend;
 pub mod backup;
 pub mod blob;
 pub mod cdc;
@@ -31,9 +30,9 @@ pub mod prune;
 pub mod repository;
 pub mod restore;
 pub mod snapshot;
+pub mod storage;
 pub mod tree;
 
-pub use backend::{Backend, FileType, S3Backend, S3Location};
 pub use backup::{Options as BackupOptions, Source, backup};
 pub use check::{CheckReport, check};
 pub use config::{Config, Params};
@@ -47,4 +46,5 @@ pub use prune::{PruneReport, prune};
 pub use repository::Repository;
 pub use restore::{FAILURES_IN_A_ROW, RestoreSummary, restore, restore_file, write_content};
 pub use snapshot::Snapshot;
+pub use storage::{FileType, S3Location, S3Storage, Storage};
 pub use tree::{Content, Node, NodeType, Tree};

@@ -8,11 +8,11 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, FileType};
 use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 
 /// One prune mark: the packs found unused, and when.
 #[derive(Serialize, Deserialize)]
@@ -28,17 +28,17 @@ pub(crate) struct Mark {
 ///
 /// # Errors
 /// Storage errors, or a mark that does not parse.
-pub(crate) async fn marked_packs<B: Backend>(repo: &Repository<B>) -> Result<HashSet<Id>> {
+pub(crate) async fn marked_packs<S: Storage>(repo: &Repository<S>) -> Result<HashSet<Id>> {
     let marks = read_marks(repo).await?;
     Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
 }
 
 /// Every prune mark, by name. A mark listed and then deleted (by a prune's phase 2) before
 /// it is read is gone, not an error.
-pub(crate) async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(String, Mark)>> {
+pub(crate) async fn read_marks<S: Storage>(repo: &Repository<S>) -> Result<Vec<(String, Mark)>> {
     let mut marks = Vec::new();
-    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
-        let bytes = match repo.backend.get(FileType::PruneMark, &name).await {
+    for (name, _) in repo.storage.list(FileType::PruneMark).await? {
+        let bytes = match repo.storage.get(FileType::PruneMark, &name).await {
             Err(RepoError::NotFound(_)) => continue,
             got => got?,
         };
@@ -50,19 +50,19 @@ pub(crate) async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(
 }
 
 /// Stores a mark of `packs`, dated now.
-pub(crate) async fn write_mark<B: Backend>(repo: &Repository<B>, packs: Vec<Id>) -> Result<()> {
+pub(crate) async fn write_mark<S: Storage>(repo: &Repository<S>, packs: Vec<Id>) -> Result<()> {
     let bytes = serde_json::to_vec(&Mark {
         time: now_rfc3339(),
         packs,
     })
     .map_err(|e| RepoError::corrupt("prune mark", e))?;
     let id = repo.config.id_key.id(&bytes);
-    repo.backend
+    repo.storage
         .put(FileType::PruneMark, &id.to_hex(), Bytes::from(bytes))
         .await
 }
 
 /// Deletes the mark `name` (phase 2, once its packs are dealt with).
-pub(crate) async fn delete_mark<B: Backend>(repo: &Repository<B>, name: &str) -> Result<()> {
-    repo.backend.delete(FileType::PruneMark, name).await
+pub(crate) async fn delete_mark<S: Storage>(repo: &Repository<S>, name: &str) -> Result<()> {
+    repo.storage.delete(FileType::PruneMark, name).await
 }

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::backend::{Backend, FileType};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
 use crate::marks::{delete_mark, read_marks, write_mark};
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 use crate::tree::{Content, NodeType};
 
 /// What `prune` did.
@@ -41,7 +41,7 @@ pub struct PruneReport {
 ///
 /// # Errors
 /// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
-pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Result<PruneReport> {
+pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Result<PruneReport> {
     let mut report = PruneReport::default();
     // Every index object, kept raw: a blob may be in several packs (two backups stored it
     // at once), and a pack holding any used blob is kept.
@@ -56,7 +56,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         }
     }
     let stored: BTreeMap<Id, u64> = repo
-        .backend
+        .storage
         .list(FileType::Pack)
         .await?
         .into_iter()
@@ -90,7 +90,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         report.rescued += mark.packs.len() - doomed.len();
         drop_from_index(repo, &mut indexes, &doomed).await?;
         for p in &doomed {
-            repo.backend.delete(FileType::Pack, &p.to_hex()).await?;
+            repo.storage.delete(FileType::Pack, &p.to_hex()).await?;
             report.deleted += 1;
             report.deleted_bytes += stored.get(p).copied().unwrap_or(0);
             deleted.insert(*p);
@@ -113,8 +113,8 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
 
 /// Rewrites the index objects that list any of `doomed`: a new object with their other
 /// packs is written first, then the old ones are deleted, so no moment lacks an entry.
-async fn drop_from_index<B: Backend>(
-    repo: &Repository<B>,
+async fn drop_from_index<S: Storage>(
+    repo: &Repository<S>,
     indexes: &mut BTreeMap<String, IndexJson>,
     doomed: &BTreeSet<Id>,
 ) -> Result<()> {
@@ -135,19 +135,19 @@ async fn drop_from_index<B: Backend>(
         let json = IndexJson { packs: kept };
         let bytes = serde_json::to_vec(&json).expect("index serializes");
         let id = repo.config.id_key.id(&bytes);
-        repo.backend
+        repo.storage
             .put(FileType::Index, &id.to_hex(), Bytes::from(bytes))
             .await?;
         indexes.insert(id.to_hex(), json);
     }
     for name in &touched {
-        repo.backend.delete(FileType::Index, name).await?;
+        repo.storage.delete(FileType::Index, name).await?;
     }
     Ok(())
 }
 
 /// Every blob any snapshot uses (trees and content).
-async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
+async fn used_blobs<S: Storage>(repo: &Repository<S>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
     let mut used = HashSet::new();
     while let Some(t) = trees.pop() {
         if !used.insert(t) {
@@ -171,16 +171,16 @@ async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Res
 /// run read them, or written (again) within the grace period, is in use by a backup this
 /// run cannot see yet (a re-run of a killed backup rebuilds its unindexed packs byte for
 /// byte, under the same names). Returns the packs that may go.
-async fn last_checks<B: Backend>(
-    repo: &Repository<B>,
+async fn last_checks<S: Storage>(
+    repo: &Repository<S>,
     indexes: &BTreeMap<String, IndexJson>,
     mut doomed: BTreeSet<Id>,
     now: time::OffsetDateTime,
     grace: Duration,
 ) -> Result<BTreeSet<Id>> {
-    for (name, _) in repo.backend.list(FileType::Index).await? {
+    for (name, _) in repo.storage.list(FileType::Index).await? {
         if !indexes.contains_key(&name) {
-            let bytes = repo.backend.get(FileType::Index, &name).await?;
+            let bytes = repo.storage.get(FileType::Index, &name).await?;
             let late: IndexJson = serde_json::from_slice(&bytes)
                 .map_err(|e| RepoError::corrupt(format!("index/{name}"), e))?;
             for p in &late.packs {
@@ -192,7 +192,7 @@ async fn last_checks<B: Backend>(
     let grace_secs = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
     let mut fresh_again = Vec::new();
     for p in &doomed {
-        match repo.backend.modified(FileType::Pack, &p.to_hex()).await? {
+        match repo.storage.modified(FileType::Pack, &p.to_hex()).await? {
             Some(t) if now_secs.saturating_sub(t) < grace_secs => fresh_again.push(*p),
             _ => {}
         }

@@ -7,10 +7,10 @@ use std::io::Read;
 use std::path::Path;
 
 use super::packer::Packer;
-use crate::backend::Backend;
 use crate::blob::{self, BlobType};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
+use crate::storage::Storage;
 use crate::tree::Content;
 
 /// Bytes of chunks below which a batch is hashed and compressed on the reading thread.
@@ -46,12 +46,12 @@ impl Chunker {
     ///
     /// `read` is told each time a window's bytes are done (the packer then holds their
     /// chunks).
-    pub(super) fn cdc<B: Backend>(
+    pub(super) fn cdc<S: Storage>(
         &mut self,
-        packer: &mut Packer<B>,
+        packer: &mut Packer<S>,
         mut reader: impl Read,
         size_hint: Option<u64>,
-        read: &mut impl FnMut(&Packer<B>, u64),
+        read: &mut impl FnMut(&Packer<S>, u64),
     ) -> Result<(Vec<Content>, u64)> {
         let c = packer.repo().config.params.chunker;
         let max = c.max as usize;
@@ -106,12 +106,12 @@ impl Chunker {
     }
 
     /// Fixed chunks of a device or image; all-zero chunks become holes.
-    pub(super) fn fixed<B: Backend>(
+    pub(super) fn fixed<S: Storage>(
         &mut self,
-        packer: &mut Packer<B>,
+        packer: &mut Packer<S>,
         mut file: File,
         path: &Path,
-        read: &mut impl FnMut(&Packer<B>, u64),
+        read: &mut impl FnMut(&Packer<S>, u64),
     ) -> Result<(Vec<Content>, u64)> {
         let block = packer.repo().config.params.block_size as usize;
         // Several blocks per read (16 MiB), so that hashing and compressing have a batch
@@ -166,9 +166,9 @@ impl Chunker {
     /// Data chunks `buf[offset..offset + len]`, in order. A batch of at least
     /// `PARALLEL_MIN` bytes is hashed, then compressed, on every core; smaller ones (small
     /// files) go one by one, without the threads and zstd contexts that would cost more.
-    fn data_chunks<B: Backend>(
+    fn data_chunks<S: Storage>(
         &mut self,
-        packer: &mut Packer<B>,
+        packer: &mut Packer<S>,
         buf: &[u8],
         ranges: &[(usize, usize)],
     ) -> Result<Vec<Id>> {

@@ -23,12 +23,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::runtime::Handle;
 
-use crate::backend::{Backend, FileType};
 use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
 use crate::snapshot::Snapshot;
+use crate::storage::{FileType, Storage};
 use packer::Packer;
 use walk::Walker;
 
@@ -54,8 +54,8 @@ pub struct Options {
 /// # Errors
 /// Storage errors end the backup (nothing after the last written index is referenced);
 /// unreadable files do not: they are listed in the snapshot, which is then `incomplete`.
-pub async fn backup<B: Backend>(
-    repo: &mut Repository<B>,
+pub async fn backup<S: Storage>(
+    repo: &mut Repository<S>,
     source: Source,
     opts: Options,
 ) -> Result<(Id, Snapshot)> {
@@ -100,8 +100,8 @@ pub async fn backup<B: Backend>(
 }
 
 /// The whole backup: the source, the last packs and index, then the snapshot.
-fn run<B: Backend>(
-    w: &mut Walker<B>,
+fn run<S: Storage>(
+    w: &mut Walker<S>,
     source: Source,
     opts: Options,
     parent_root: Option<Id>,
@@ -128,7 +128,7 @@ fn run<B: Backend>(
     let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
     let repo = w.packer.repo();
     let id = repo.config.id_key.id(&bytes);
-    w.packer.handle().block_on(repo.backend.put(
+    w.packer.handle().block_on(repo.storage.put(
         FileType::Snapshot,
         &id.to_hex(),
         Bytes::from(bytes),

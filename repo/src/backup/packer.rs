@@ -13,13 +13,13 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, FileType};
 use crate::blob::{self, BlobType};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{INDEX_BLOBS, INDEX_EVERY, IndexJson, PackJson};
 use crate::pack::PackWriter;
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
 
 /// Packs uploading at once.
@@ -72,8 +72,8 @@ pub(super) struct Added {
 }
 
 /// Blobs into packs, packs into storage, index objects over them.
-pub(super) struct Packer<B: Backend> {
-    repo: Repository<B>,
+pub(super) struct Packer<S: Storage> {
+    repo: Repository<S>,
     /// Blobs this backup stored (the handle's index covers the rest), so that a blob is
     /// stored once.
     added: HashSet<Id>,
@@ -99,10 +99,10 @@ pub(super) struct Packer<B: Backend> {
     counts: Added,
 }
 
-impl<B: Backend> Packer<B> {
+impl<S: Storage> Packer<S> {
     /// A packer storing into `repo`'s storage, driving uploads on `handle`, relying on no
     /// blob of the `marked` packs.
-    pub(super) fn new(repo: Repository<B>, handle: Handle, marked: HashSet<Id>) -> Result<Self> {
+    pub(super) fn new(repo: Repository<S>, handle: Handle, marked: HashSet<Id>) -> Result<Self> {
         let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Self {
             repo,
@@ -122,7 +122,7 @@ impl<B: Backend> Packer<B> {
     }
 
     /// The repository stored into.
-    pub(super) fn repo(&self) -> &Repository<B> {
+    pub(super) fn repo(&self) -> &Repository<S> {
         &self.repo
     }
 
@@ -222,12 +222,12 @@ impl<B: Backend> Packer<B> {
             .handle
             .block_on(self.permits.clone().acquire_owned())
             .expect("the semaphore is never closed");
-        let backend = self.repo.backend.clone();
+        let storage = self.repo.storage.clone();
         let buffers = self.buffers.clone();
         self.uploads.spawn_on(
             async move {
                 let bytes = Bytes::from(bytes);
-                let r = backend
+                let r = storage
                     .put(FileType::Pack, &id.to_hex(), bytes.clone())
                     .await;
                 if kind == BlobType::Data {
@@ -269,7 +269,7 @@ impl<B: Backend> Packer<B> {
         };
         let bytes = serde_json::to_vec(&index).expect("index serializes");
         let id = self.repo.config.id_key.id(&bytes);
-        self.handle.block_on(self.repo.backend.put(
+        self.handle.block_on(self.repo.storage.put(
             FileType::Index,
             &id.to_hex(),
             Bytes::from(bytes),

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use super::chunk::Chunker;
 use super::packer::Packer;
 use super::read::open_as_listed;
-use crate::backend::Backend;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::snapshot::Summary;
+use crate::storage::Storage;
 use crate::tree::{Content, Node, NodeType, Tree};
 
 /// What to back up.
@@ -36,9 +36,9 @@ pub enum Source {
 
 /// Lists the sources and builds their trees, reading files through the chunker into the
 /// packer.
-pub(super) struct Walker<B: Backend> {
+pub(super) struct Walker<S: Storage> {
     /// Where every blob goes.
-    pub(super) packer: Packer<B>,
+    pub(super) packer: Packer<S>,
     chunker: Chunker,
     /// Counts of what was read (the packer counts what was stored).
     summary: Summary,
@@ -46,9 +46,9 @@ pub(super) struct Walker<B: Backend> {
     errors: Vec<String>,
 }
 
-impl<B: Backend> Walker<B> {
+impl<S: Storage> Walker<S> {
     /// A walker storing through `packer`.
-    pub(super) fn new(packer: Packer<B>) -> Result<Self> {
+    pub(super) fn new(packer: Packer<S>) -> Result<Self> {
         Ok(Self {
             packer,
             chunker: Chunker::new()?,
@@ -345,7 +345,7 @@ impl<B: Backend> Walker<B> {
 }
 
 /// Publishes the counters so far to the repository handle's progress.
-fn report<B: Backend>(s: &Summary, packer: &Packer<B>) {
+fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
     packer
         .repo()
         .progress

@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 
-use crate::backend::Backend;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
+use crate::storage::Storage;
 use crate::tree::{Content, Node};
 
 /// Range GETs in flight while a file is restored: reads go through the gateway, so
@@ -30,8 +30,8 @@ impl<T> Drop for Task<T> {
 /// A file's content in order: `(0, Some(bytes))` for a chunk, `(n, None)` for `n` zeros.
 /// Runs of chunks are fetched by [`Repository::read_run`], up to `FETCH_AHEAD` at a time,
 /// each a task of its own so that responses keep streaming in while the caller writes.
-pub(super) fn fetch_ahead<B: Backend>(
-    repo: &Repository<B>,
+pub(super) fn fetch_ahead<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
 ) -> impl futures::Stream<Item = Result<(u64, Option<Bytes>)>> + 'static {
     use futures::StreamExt as _;

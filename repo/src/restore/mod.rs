@@ -22,11 +22,11 @@ use std::path::Path;
 
 use futures::StreamExt as _;
 
-use crate::backend::Backend;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::include::Include;
 use crate::repository::Repository;
+use crate::storage::Storage;
 use crate::tree::{Node, NodeType};
 
 pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
@@ -39,8 +39,8 @@ pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
 /// The root tree cannot be read or `target` created, or [`FAILURES_IN_A_ROW`] entries
 /// failed one after another and the storage no longer serves the repository's `config`
 /// (the last entry's error).
-pub async fn restore<B: Backend>(
-    repo: &Repository<B>,
+pub async fn restore<S: Storage>(
+    repo: &Repository<S>,
     root: &Id,
     target: &Path,
     include: &Include,
@@ -72,8 +72,8 @@ fn one_file(node: &Node) -> Result<()> {
 /// # Errors
 /// [`RepoError::Invalid`] for a node that is not a regular file; storage and
 /// verification errors, or when `out` fails.
-pub async fn write_content<B: Backend>(
-    repo: &Repository<B>,
+pub async fn write_content<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
     out: &mut impl Write,
 ) -> Result<u64> {
@@ -104,8 +104,8 @@ pub async fn write_content<B: Backend>(
 /// [`RepoError::Invalid`] for a node that is not a regular file (before `path` is
 /// touched); storage and verification errors; a device smaller than the content; write
 /// errors.
-pub async fn restore_file<B: Backend>(
-    repo: &Repository<B>,
+pub async fn restore_file<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
     path: &Path,
 ) -> Result<u64> {

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt as _;
 
 use super::write::{new_file, unlink_symlink};
-use crate::backend::{Backend, FileType};
 use crate::error::{RepoError, Result};
 use crate::include::Include;
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 use crate::tree::{Node, NodeType, Tree};
 
 /// Counts of what a restore wrote.
@@ -49,8 +49,8 @@ pub const FAILURES_IN_A_ROW: usize = 16;
 pub const SMALL_FILES_AT_ONCE: usize = 16;
 
 /// One restore onto a directory: what it has written so far, and its run of failures.
-pub(super) struct Restorer<'a, B: Backend> {
-    repo: &'a Repository<B>,
+pub(super) struct Restorer<'a, S: Storage> {
+    repo: &'a Repository<S>,
     include: &'a Include,
     /// (dev, inode) of multiply-linked files already restored, and where.
     links: HashMap<(u64, u64), PathBuf>,
@@ -63,9 +63,9 @@ pub(super) struct Restorer<'a, B: Backend> {
     target_in_a_row: usize,
 }
 
-impl<'a, B: Backend> Restorer<'a, B> {
+impl<'a, S: Storage> Restorer<'a, S> {
     /// A restore of the entries `include` selects, nothing written yet.
-    pub(super) fn new(repo: &'a Repository<B>, include: &'a Include) -> Self {
+    pub(super) fn new(repo: &'a Repository<S>, include: &'a Include) -> Self {
         Self {
             repo,
             include,
@@ -301,7 +301,7 @@ impl<'a, B: Backend> Restorer<'a, B> {
         }
         if self.in_a_row >= FAILURES_IN_A_ROW {
             if self.target_in_a_row >= self.in_a_row
-                || self.repo.backend().get(FileType::Config, "").await.is_err()
+                || self.repo.storage().get(FileType::Config, "").await.is_err()
             {
                 return Err(e);
             }

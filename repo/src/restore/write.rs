@@ -14,9 +14,9 @@ use futures::StreamExt as _;
 
 use super::direct;
 use super::fetch::fetch_ahead;
-use crate::backend::Backend;
 use crate::error::{RepoError, Result};
 use crate::repository::Repository;
+use crate::storage::Storage;
 use crate::tree::Node;
 
 /// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
@@ -24,8 +24,8 @@ use crate::tree::Node;
 /// system allows it. A file whose content then fails is removed, never left with part of
 /// it; a file that could not be opened is left as it was (an in-place restore onto a file
 /// it may not write must not delete it).
-pub(super) async fn new_file<B: Backend>(
-    repo: &Repository<B>,
+pub(super) async fn new_file<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
     path: &Path,
 ) -> Result<u64> {
@@ -117,8 +117,8 @@ pub(super) enum Holes {
 }
 
 /// Restores one file node into an open file or device, from its start.
-pub(super) async fn write_file<B: Backend>(
-    repo: &Repository<B>,
+pub(super) async fn write_file<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
     f: &File,
     path: &Path,
@@ -169,8 +169,8 @@ pub(super) async fn write_file<B: Backend>(
 
 /// Restores one file node into a file opened for direct I/O, holes where whole blocks
 /// are zero.
-async fn write_file_direct<B: Backend>(
-    repo: &Repository<B>,
+async fn write_file_direct<S: Storage>(
+    repo: &Repository<S>,
     node: &Node,
     f: File,
     path: &Path,

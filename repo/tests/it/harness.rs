@@ -1,5 +1,5 @@
 //! A real upstream (s3s-fs's store, served by kura's LocalDir over HTTP), a real gateway in
-//! front of it, and a backend for a repository at `s3://repo/PREFIX` through that gateway.
+//! front of it, and an `S3Storage` for a repository at `s3://repo/PREFIX` through that gateway.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use kura_gateway::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
 use kura_gateway::server::Running;
 use kura_keys::{Cipher, Keyring};
-use kura_repo::{S3Backend, S3Location};
+use kura_repo::{S3Location, S3Storage};
 
 const UP_AK: &str = "upstream-ak";
 const UP_SK: &str = "upstream-secret";
@@ -74,7 +74,7 @@ impl Env {
             upstream_dir,
             gateway,
         };
-        env.backend("").ensure_bucket().await.unwrap();
+        env.storage("").ensure_bucket().await.unwrap();
         env
     }
 
@@ -88,8 +88,8 @@ impl Env {
         }
     }
 
-    pub fn backend(&self, prefix: &str) -> S3Backend {
-        S3Backend::new(&self.location(prefix))
+    pub fn storage(&self, prefix: &str) -> S3Storage {
+        S3Storage::new(&self.location(prefix))
     }
 
     /// Client GetObject requests the gateway has answered so far (from its `/metrics`).

@@ -52,7 +52,7 @@ impl FileType {
 
 /// Object storage for one repository. Objects are small (config, index, snapshots) or
 /// bounded by the pack size, so whole-object calls take and return `Bytes`.
-pub trait Backend: Send + Sync + 'static {
+pub trait Storage: Send + Sync + 'static {
     /// Stores an object (replacing none: every name but `config` is content-addressed).
     fn put(&self, ft: FileType, name: &str, data: Bytes)
     -> impl Future<Output = Result<()>> + Send;
@@ -82,11 +82,11 @@ pub trait Backend: Send + Sync + 'static {
 
 /// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
 #[derive(Clone)]
-pub struct S3Backend {
+pub struct S3Storage {
     client: Client,
     bucket: String,
     prefix: String,
-    /// Whether PUT bodies are hashed into the signature (see [`S3Backend::new`]).
+    /// Whether PUT bodies are hashed into the signature (see [`S3Storage::new`]).
     sign_payload: bool,
 }
 
@@ -122,7 +122,7 @@ impl S3Location {
     }
 }
 
-impl S3Backend {
+impl S3Storage {
     /// A client for the repository at `loc`.
     #[must_use]
     pub fn new(loc: &S3Location) -> Self {
@@ -176,7 +176,7 @@ impl S3Backend {
             {
                 Ok(None)
             }
-            Err(e) => Err(storage("HeadObject", key, &e)),
+            Err(e) => Err(sdk_error("HeadObject", key, &e)),
         }
     }
 
@@ -200,7 +200,7 @@ impl S3Backend {
             .bucket(&self.bucket)
             .send()
             .await
-            .map_err(|e| storage("CreateBucket", &self.bucket, &e))?;
+            .map_err(|e| sdk_error("CreateBucket", &self.bucket, &e))?;
         Ok(())
     }
 }
@@ -232,7 +232,7 @@ fn payload_is_protected(endpoint: &str) -> bool {
 
 /// One line for a failed SDK call: the S3 error code and message, or why the gateway could
 /// not be reached.
-fn storage<E>(
+fn sdk_error<E>(
     op: &str,
     key: &str,
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
@@ -265,7 +265,7 @@ where
     RepoError::Storage(format!("{op} {key}: {detail}"))
 }
 
-impl Backend for S3Backend {
+impl Storage for S3Storage {
     async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
         let key = self.key(ft, name);
         let put = self
@@ -282,7 +282,7 @@ impl Backend for S3Backend {
         };
         put.send()
             .await
-            .map_err(|e| storage("PutObject", &key, &e))?;
+            .map_err(|e| sdk_error("PutObject", &key, &e))?;
         Ok(())
     }
 
@@ -303,7 +303,7 @@ impl Backend for S3Backend {
                 {
                     RepoError::NotFound(key.clone())
                 } else {
-                    storage("GetObject", &key, &e)
+                    sdk_error("GetObject", &key, &e)
                 }
             })?;
         let body = out
@@ -327,7 +327,7 @@ impl Backend for S3Backend {
             .range(format!("bytes={offset}-{}", offset + len - 1))
             .send()
             .await
-            .map_err(|e| storage("GetObject", &key, &e))?;
+            .map_err(|e| sdk_error("GetObject", &key, &e))?;
         // Into one buffer of the expected size as the pieces arrive: one copy (collecting
         // first and joining after is two).
         let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -374,7 +374,7 @@ impl Backend for S3Backend {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| storage("ListObjectsV2", &prefix, &e))?;
+            let page = page.map_err(|e| sdk_error("ListObjectsV2", &prefix, &e))?;
             for obj in page.contents() {
                 let Some(key) = obj.key() else { continue };
                 let name = key.rsplit('/').next().unwrap_or(key);
@@ -403,7 +403,7 @@ impl Backend for S3Backend {
             .key(&key)
             .send()
             .await
-            .map_err(|e| storage("DeleteObject", &key, &e))?;
+            .map_err(|e| sdk_error("DeleteObject", &key, &e))?;
         Ok(())
     }
 }
