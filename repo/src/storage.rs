@@ -109,14 +109,20 @@ impl S3Location {
     /// Parses `s3://BUCKET[/PREFIX]`; returns (bucket, prefix).
     ///
     /// # Errors
-    /// When `repo` is not of that form.
+    /// [`RepoError::BadLocation`] when `repo` is not of that form.
     pub fn parse_repo(repo: &str) -> Result<(String, String)> {
         let rest = repo
             .strip_prefix("s3://")
-            .ok_or_else(|| RepoError::Storage(format!("{repo:?}: expected s3://BUCKET/PREFIX")))?;
+            .ok_or_else(|| RepoError::BadLocation {
+                location: repo.to_string(),
+                why: "expected s3://BUCKET/PREFIX",
+            })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(RepoError::Storage(format!("{repo:?}: no bucket")));
+            return Err(RepoError::BadLocation {
+                location: repo.to_string(),
+                why: "no bucket",
+            });
         }
         Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
     }
@@ -233,7 +239,7 @@ fn payload_is_protected(endpoint: &str) -> bool {
 /// One line for a failed SDK call: the S3 error code and message, or why the gateway could
 /// not be reached.
 fn sdk_error<E>(
-    op: &str,
+    op: &'static str,
     key: &str,
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> RepoError
@@ -262,7 +268,11 @@ where
         }
         other => other.to_string(),
     };
-    RepoError::Storage(format!("{op} {key}: {detail}"))
+    RepoError::Storage {
+        op,
+        key: key.to_string(),
+        detail,
+    }
 }
 
 impl Storage for S3Storage {
@@ -306,11 +316,11 @@ impl Storage for S3Storage {
                     sdk_error("GetObject", &key, &e)
                 }
             })?;
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?;
+        let body = out.body.collect().await.map_err(|e| RepoError::Storage {
+            op: "GetObject",
+            key: key.clone(),
+            detail: e.to_string(),
+        })?;
         Ok(body.into_bytes())
     }
 
@@ -332,11 +342,11 @@ impl Storage for S3Storage {
         // first and joining after is two).
         let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut stream = out.body;
-        while let Some(piece) = stream
-            .try_next()
-            .await
-            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?
-        {
+        while let Some(piece) = stream.try_next().await.map_err(|e| RepoError::Storage {
+            op: "GetObject",
+            key: key.clone(),
+            detail: e.to_string(),
+        })? {
             if (body.len() + piece.len()) as u64 > len {
                 return Err(RepoError::corrupt(
                     key,

@@ -83,7 +83,7 @@ pub async fn backup<S: Storage>(
         (result, written, names)
     })
     .await
-    .map_err(|e| RepoError::Storage(format!("backup thread: {e}")))?;
+    .map_err(|e| RepoError::task("backup thread", &e))?;
     // The packs of every index object this backup stored are in storage (also when it
     // failed later); let this handle see them too. Added here, after the writer's buffers
     // are gone, rather than during the run: the index would grow (and rehash) while the

@@ -240,7 +240,7 @@ impl<S: Storage> Packer<S> {
         );
         // Surface upload errors early rather than at the end.
         while let Some(done) = self.uploads.try_join_next() {
-            done.map_err(|e| RepoError::Storage(format!("upload task: {e}")))??;
+            done.map_err(|e| RepoError::task("upload task", &e))??;
         }
         let blobs: usize = self.unindexed.iter().map(|p| p.blobs.len()).sum();
         if self.unindexed.len() >= INDEX_EVERY || blobs >= INDEX_BLOBS {
@@ -259,7 +259,7 @@ impl<S: Storage> Packer<S> {
     /// Waits for every pack upload, then writes one index object listing them.
     fn write_index(&mut self) -> Result<()> {
         while let Some(done) = self.handle.block_on(self.uploads.join_next()) {
-            done.map_err(|e| RepoError::Storage(format!("upload task: {e}")))??;
+            done.map_err(|e| RepoError::task("upload task", &e))??;
         }
         if self.unindexed.is_empty() {
             return Ok(());

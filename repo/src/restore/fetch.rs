@@ -75,7 +75,7 @@ pub(super) fn fetch_ahead<S: Storage>(
                                 .map(|b| Ok((0, Some(b))))
                                 .collect::<Vec<_>>()
                         }),
-                        Err(e) => Err(RepoError::Storage(format!("fetch task: {e}"))),
+                        Err(e) => Err(RepoError::task("fetch task", &e)),
                     },
                     Err(zero) => Ok(vec![Ok((zero, None))]),
                 }

@@ -136,7 +136,7 @@ pub(super) async fn write_file<S: Storage>(
                 None => write_zeros_at(&file, at, zeros),
             })
             .await
-            .map_err(|e| RepoError::Storage(format!("write task: {e}")))?
+            .map_err(|e| RepoError::task("write task", &e))?
             .map_err(|e| RepoError::io(&path, e))
         }
     };

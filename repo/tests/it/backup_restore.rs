@@ -438,7 +438,7 @@ async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        matches!(err, RepoError::Storage { .. } | RepoError::Corrupt { .. }),
         "{err}"
     );
 }
@@ -592,7 +592,7 @@ async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_
         "{gets} GETs of {all_gets}: files were still started after it gave up"
     );
     assert!(
-        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        matches!(err, RepoError::Storage { .. } | RepoError::Corrupt { .. }),
         "{err}"
     );
     // Files that were being written when it gave up finished or were removed.
