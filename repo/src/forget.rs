@@ -102,7 +102,8 @@ pub fn select(snaps: &[(Id, Snapshot)], policy: KeepPolicy) -> Result<(Vec<Id>, 
 /// Applies `policy`: deletes the snapshot objects it does not keep. Returns (kept, removed).
 ///
 /// # Errors
-/// As [`select`], and storage errors.
+/// An empty policy (it would remove everything), a snapshot time that does not parse, and
+/// storage errors.
 pub async fn forget<S: Storage>(
     repo: &Repository<S>,
     policy: KeepPolicy,
