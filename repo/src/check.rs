@@ -151,7 +151,7 @@ async fn walk<S: Storage>(
             return;
         }
     };
-    // What a restore refuses (restore.rs) is damage too, though every blob is there.
+    // What a restore refuses (`restore/tree.rs`) is damage too, though every blob is there.
     if let Err(why) = tree.check_names() {
         report.problems.push(format!(
             "snapshot {}: {shown}: {why}: a restore refuses this directory",

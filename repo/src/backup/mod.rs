@@ -7,11 +7,12 @@
 //! - `chunk.rs`: content-defined or fixed chunks, hashed and compressed on every core;
 //! - `packer.rs`: new blobs into packs, pack uploads, index objects.
 //!
-//! Reading and chunking run on a blocking-pool thread; packs upload
-//! on the runtime, at most `UPLOADS_IN_FLIGHT` at once, so memory is bounded by
-//! `(UPLOADS_IN_FLIGHT + 2) * pack_size` (one pack filling per blob type) plus the chunker's
-//! window (four times the largest chunk) and its batch of compressed chunks, whatever the data.
-//! Chunks are hashed and compressed on every core in batches (`par_map`).
+//! Reading and chunking run on a blocking-pool thread; packs upload on the runtime, at
+//! most `UPLOADS_IN_FLIGHT` at once, so memory is bounded by
+//! `(UPLOADS_IN_FLIGHT + 2) * pack_size` (one pack filling per blob type) plus the
+//! chunker's window (four times the largest chunk) and its batch of compressed chunks,
+//! whatever the data. Chunks are hashed and compressed on every core in batches
+//! (`par_map`).
 
 mod chunk;
 mod packer;
