@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(decompress("t", c, &out, text.len()).unwrap(), text);
 
         let mut noise = vec![0u8; 200_000];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut noise).unwrap();
+        kura_keys::rand::fill(&mut noise).unwrap();
         assert_eq!(z.compress(BlobType::Data, &noise).0, Compression::None);
     }
 }

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::backend::{Backend, FileType};
 use crate::blob;
 use crate::error::Result;
 use crate::id::Id;
 use crate::pack::{ENTRY_SIZE, TAIL_SIZE, entry_count, parse_header};
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 use crate::tree::{Content, NodeType};
 
 /// What `check` found.
@@ -40,12 +40,12 @@ impl CheckReport {
 ///
 /// # Errors
 /// Only when storage cannot be listed at all; damage is reported, not raised.
-pub async fn check<B: Backend>(repo: &mut Repository<B>, read_data: bool) -> Result<CheckReport> {
+pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let snapshots = repo.snapshots_then_index().await?;
     let repo = &*repo;
     let stored: HashMap<String, u64> = repo
-        .backend
+        .storage
         .list(FileType::Pack)
         .await?
         .into_iter()
@@ -70,13 +70,13 @@ pub async fn check<B: Backend>(repo: &mut Repository<B>, read_data: bool) -> Res
 }
 
 /// Reads one pack whole (it is bounded by the pack size) and verifies every blob.
-async fn read_pack<B: Backend>(
-    repo: &Repository<B>,
+async fn read_pack<S: Storage>(
+    repo: &Repository<S>,
     pack: &Id,
     report: &mut CheckReport,
 ) -> Result<()> {
     let what = format!("pack {}", pack.short());
-    let bytes = repo.backend.get(FileType::Pack, &pack.to_hex()).await?;
+    let bytes = repo.storage.get(FileType::Pack, &pack.to_hex()).await?;
     if repo.config.id_key.id(&bytes) != *pack {
         return Err(crate::RepoError::corrupt(
             what,
@@ -113,14 +113,14 @@ async fn read_pack<B: Backend>(
 }
 
 /// Whether a blob is usable: indexed, in a pack not found damaged.
-fn usable<B: Backend>(repo: &Repository<B>, id: &Id, report: &CheckReport) -> bool {
+fn usable<S: Storage>(repo: &Repository<S>, id: &Id, report: &CheckReport) -> bool {
     repo.index
         .get(id)
         .is_some_and(|l| !report.damaged_packs.contains(&l.pack))
 }
 
-async fn walk<B: Backend>(
-    repo: &Repository<B>,
+async fn walk<S: Storage>(
+    repo: &Repository<S>,
     snap: &Id,
     tree: &Id,
     path: String,
@@ -151,7 +151,7 @@ async fn walk<B: Backend>(
             return;
         }
     };
-    // What a restore refuses (restore.rs) is damage too, though every blob is there.
+    // What a restore refuses (`restore/tree.rs`) is damage too, though every blob is there.
     if let Err(why) = tree.check_names() {
         report.problems.push(format!(
             "snapshot {}: {shown}: {why}: a restore refuses this directory",

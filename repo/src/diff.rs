@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt as _;
 
-use crate::backend::Backend;
 use crate::error::Result;
 use crate::id::Id;
 use crate::repository::Repository;
+use crate::storage::Storage;
 use crate::tree::{Node, NodeType};
 
 /// One difference.
@@ -23,14 +23,14 @@ pub struct Change {
 ///
 /// # Errors
 /// Storage errors, or trees that do not verify.
-pub async fn diff<B: Backend>(repo: &Repository<B>, a: &Id, b: &Id) -> Result<Vec<Change>> {
+pub async fn diff<S: Storage>(repo: &Repository<S>, a: &Id, b: &Id) -> Result<Vec<Change>> {
     let mut out = Vec::new();
     walk(repo, Some(*a), Some(*b), String::new(), &mut out).await?;
     Ok(out)
 }
 
-async fn nodes<B: Backend>(
-    repo: &Repository<B>,
+async fn nodes<S: Storage>(
+    repo: &Repository<S>,
     tree: Option<Id>,
 ) -> Result<BTreeMap<Vec<u8>, Node>> {
     let Some(id) = tree else {
@@ -56,8 +56,8 @@ fn same(a: &Node, b: &Node) -> bool {
         && a.rdev == b.rdev
 }
 
-async fn walk<B: Backend>(
-    repo: &Repository<B>,
+async fn walk<S: Storage>(
+    repo: &Repository<S>,
     a: Option<Id>,
     b: Option<Id>,
     prefix: String,

@@ -5,8 +5,35 @@
 #[non_exhaustive]
 pub enum RepoError {
     /// The storage (the gateway, or what stands behind it) failed or refused a request.
-    #[error("storage: {0}")]
-    Storage(String),
+    #[error("storage: {op} {key}: {detail}")]
+    Storage {
+        /// The request (`GetObject`, `PutObject`, ...).
+        op: &'static str,
+        /// The object or bucket it was for.
+        key: String,
+        /// What the storage answered, or why it could not be reached.
+        detail: String,
+    },
+    /// A repository location that is not of the form `s3://BUCKET[/PREFIX]`.
+    #[error("repository location {location:?}: {why}")]
+    BadLocation {
+        /// The location as given.
+        location: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A thread or task that a backup or restore runs its work on panicked or was
+    /// cancelled.
+    #[error("{what}: {detail}")]
+    Task {
+        /// Which (`upload task`, `backup thread`, ...).
+        what: &'static str,
+        /// How it ended.
+        detail: String,
+    },
+    /// The system's random source failed (creating a repository's ID key).
+    #[error("the system's random source failed")]
+    Random,
     /// An object the repository needs is not there.
     #[error("not found: {0}")]
     NotFound(String),
@@ -39,6 +66,14 @@ pub enum RepoError {
 }
 
 impl RepoError {
+    /// A thread or task `what` that ended without its result.
+    pub(crate) fn task(what: &'static str, e: &tokio::task::JoinError) -> Self {
+        Self::Task {
+            what,
+            detail: e.to_string(),
+        }
+    }
+
     pub(crate) fn corrupt(what: impl Into<String>, detail: impl std::fmt::Display) -> Self {
         Self::Corrupt {
             what: what.into(),

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::{Backend, FileType};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
 use crate::snapshot::Snapshot;
+use crate::storage::{FileType, Storage};
 
 /// A snapshot time's bucket for one rule (year and hour, day, week or month).
 type Bucket = fn(&time::OffsetDateTime) -> (i32, u32);
@@ -102,9 +102,10 @@ pub fn select(snaps: &[(Id, Snapshot)], policy: KeepPolicy) -> Result<(Vec<Id>, 
 /// Applies `policy`: deletes the snapshot objects it does not keep. Returns (kept, removed).
 ///
 /// # Errors
-/// As [`select`], and storage errors.
-pub async fn forget<B: Backend>(
-    repo: &Repository<B>,
+/// An empty policy (it would remove everything), a snapshot time that does not parse, and
+/// storage errors.
+pub async fn forget<S: Storage>(
+    repo: &Repository<S>,
     policy: KeepPolicy,
     dry_run: bool,
 ) -> Result<(Vec<Id>, Vec<Id>)> {
@@ -112,7 +113,7 @@ pub async fn forget<B: Backend>(
     let (keep, remove) = select(&snaps, policy)?;
     if !dry_run {
         for id in &remove {
-            repo.backend
+            repo.storage
                 .delete(FileType::Snapshot, &id.to_hex())
                 .await?;
         }

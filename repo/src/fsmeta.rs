@@ -79,7 +79,7 @@ fn sized_read(
 ///
 /// # Errors
 /// `mknod` failures, and node types that are not special files.
-pub fn make_special(path: &Path, node: &Node) -> io::Result<()> {
+pub(crate) fn make_special(path: &Path, node: &Node) -> io::Result<()> {
     let ft = match node.kind {
         Some(NodeType::Chardev) => FileType::CharacterDevice,
         Some(NodeType::Blockdev) => FileType::BlockDevice,
@@ -104,7 +104,7 @@ pub fn make_special(path: &Path, node: &Node) -> io::Result<()> {
 /// file is still writable, the mode last, and no chmod on symlinks (Linux has none).
 /// Returns what could not be applied; owner changes that need privileges are not counted,
 /// as with `cp -p` run by a user.
-pub fn apply(path: &Path, node: &Node) -> Vec<String> {
+pub(crate) fn apply(path: &Path, node: &Node) -> Vec<String> {
     let mut failed = Vec::new();
     let _ = rustix::fs::chownat(
         CWD,

@@ -73,8 +73,7 @@ impl IdKey {
     /// When the system's random source fails.
     pub fn generate() -> Result<Self> {
         let mut k = Zeroizing::new([0u8; ID_SIZE]);
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), k.as_mut())
-            .map_err(|_| RepoError::Invalid("the system's random source failed".into()))?;
+        kura_keys::rand::fill(k.as_mut()).map_err(|_| RepoError::Random)?;
         Ok(Self(k))
     }
 

@@ -6,45 +6,57 @@
 //! tree and snapshot objects in an order that leaves the repository readable whenever a
 //! backup stops.
 //!
-//! - [`backend`]: storage keyed by (file type, name); S3 through the gateway.
-//! - [`Repository`]: an opened repository (config read, index loaded).
-//! - [`backup()`] and [`restore()`]: the two directions.
-//! - [`check()`], [`forget()`], [`prune()`]: upkeep.
+//! The public paths are the re-exports below; the modules behind them are private, but
+//! for [`fsmeta`] (extended attributes, for callers that compare them).
+//!
+//! - `storage.rs`: where objects are kept, keyed by (file type, name): [`Storage`], and
+//!   [`S3Storage`], S3 through the gateway.
+//! - [`Repository`] (`repository.rs`): an opened repository (config read, index loaded).
+//! - [`backup()`] (`backup/`: walk, read, chunk, then the packer) and [`restore()`]
+//!   (`restore/`: the tree walk, writing a file, direct I/O, fetching): the two
+//!   directions.
+//! - [`check()`], [`forget()`], [`prune()`]: upkeep; prune's marks, which backups read too,
+//!   are `marks.rs`'s.
+//! - Formats: `config.rs`, `id.rs`, `blob.rs`, `pack.rs`, `index.rs`, `tree.rs`,
+//!   `snapshot.rs`; chunking `cdc.rs`; errors [`RepoError`].
 
-pub mod backend;
-pub mod backup;
-pub mod blob;
-pub mod cdc;
-pub mod check;
-pub mod config;
-pub mod diff;
-pub mod direct;
-pub mod error;
-pub mod forget;
+mod backup;
+mod blob;
+mod cdc;
+mod check;
+mod config;
+mod diff;
+mod error;
+mod forget;
 pub mod fsmeta;
-pub mod id;
-pub mod include;
-pub mod index;
-pub mod pack;
-pub mod progress;
-pub mod prune;
-pub mod repository;
-pub mod restore;
-pub mod snapshot;
-pub mod tree;
+mod id;
+mod include;
+mod index;
+mod marks;
+mod pack;
+mod progress;
+mod prune;
+mod repository;
+mod restore;
+mod snapshot;
+mod storage;
+mod tree;
 
-pub use backend::{Backend, FileType, S3Backend, S3Location};
 pub use backup::{Options as BackupOptions, Source, backup};
+pub use blob::{BlobType, Compression};
 pub use check::{CheckReport, check};
-pub use config::{Config, Params};
+pub use config::{ChunkerSizes, Config, Params};
 pub use diff::{Change, diff};
 pub use error::{RepoError, Result};
 pub use forget::{KeepPolicy, forget};
 pub use id::Id;
 pub use include::Include;
+pub use index::Index;
+pub use pack::BlobLocation;
 pub use progress::Progress;
 pub use prune::{PruneReport, prune};
 pub use repository::Repository;
 pub use restore::{FAILURES_IN_A_ROW, RestoreSummary, restore, restore_file, write_content};
-pub use snapshot::Snapshot;
+pub use snapshot::{Snapshot, Summary};
+pub use storage::{FileType, S3Location, S3Storage, Storage};
 pub use tree::{Content, Node, NodeType, Tree};

@@ -6,22 +6,22 @@
 //! that are still unused by every snapshot then present, after rewriting the index objects
 //! that list them. Backups only add, and a backup reads the marks when it starts (then the
 //! index, which phase 2 rewrites before it deletes a mark) and relies on no blob of a
-//! marked pack (`backup.rs`, `marked_packs`): it stores such a blob again. A backup that started before a mark may have reused the pack's blobs; its
-//! snapshot, once written, makes phase 2 keep the pack, so the grace period must exceed
-//! the longest backup (default 24 h).
+//! marked pack (`marks.rs`, `marked_packs`): it stores such a blob again. A backup that
+//! started before a mark may have reused the pack's blobs; its snapshot, once written,
+//! makes phase 2 keep the pack, so the grace period must exceed the longest backup
+//! (default 24 h). The marks themselves are `marks.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, FileType};
-use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
+use crate::marks::{delete_mark, read_marks, write_mark};
 use crate::repository::Repository;
+use crate::storage::{FileType, Storage};
 use crate::tree::{Content, NodeType};
 
 /// What `prune` did.
@@ -37,17 +37,11 @@ pub struct PruneReport {
     pub rescued: usize,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Mark {
-    time: String,
-    packs: Vec<Id>,
-}
-
 /// Runs both phases.
 ///
 /// # Errors
 /// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
-pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Result<PruneReport> {
+pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Result<PruneReport> {
     let mut report = PruneReport::default();
     // Every index object, kept raw: a blob may be in several packs (two backups stored it
     // at once), and a pack holding any used blob is kept.
@@ -62,7 +56,7 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         }
     }
     let stored: BTreeMap<Id, u64> = repo
-        .backend
+        .storage
         .list(FileType::Pack)
         .await?
         .into_iter()
@@ -96,12 +90,12 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         report.rescued += mark.packs.len() - doomed.len();
         drop_from_index(repo, &mut indexes, &doomed).await?;
         for p in &doomed {
-            repo.backend.delete(FileType::Pack, &p.to_hex()).await?;
+            repo.storage.delete(FileType::Pack, &p.to_hex()).await?;
             report.deleted += 1;
             report.deleted_bytes += stored.get(p).copied().unwrap_or(0);
             deleted.insert(*p);
         }
-        repo.backend.delete(FileType::PruneMark, &name).await?;
+        delete_mark(repo, &name).await?;
     }
 
     // Phase 1: mark what is unused and not already waiting.
@@ -112,49 +106,15 @@ pub async fn prune<B: Backend>(repo: &mut Repository<B>, grace: Duration) -> Res
         .collect();
     if !fresh.is_empty() {
         report.marked = fresh.len();
-        let bytes = serde_json::to_vec(&Mark {
-            time: now_rfc3339(),
-            packs: fresh,
-        })
-        .map_err(|e| RepoError::corrupt("prune mark", e))?;
-        let id = repo.config.id_key.id(&bytes);
-        repo.backend
-            .put(FileType::PruneMark, &id.to_hex(), Bytes::from(bytes))
-            .await?;
+        write_mark(repo, fresh).await?;
     }
     Ok(report)
 }
 
-/// The packs that prune marks list (phase 1 done, phase 2 not yet): a backup opened now
-/// must not rely on them, since a prune may delete them before it ends.
-///
-/// # Errors
-/// Storage errors, or a mark that does not parse.
-pub(crate) async fn marked_packs<B: Backend>(repo: &Repository<B>) -> Result<HashSet<Id>> {
-    let marks = read_marks(repo).await?;
-    Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
-}
-
-/// Every prune mark, by name. A mark listed and then deleted (by a prune's phase 2) before
-/// it is read is gone, not an error.
-async fn read_marks<B: Backend>(repo: &Repository<B>) -> Result<Vec<(String, Mark)>> {
-    let mut marks = Vec::new();
-    for (name, _) in repo.backend.list(FileType::PruneMark).await? {
-        let bytes = match repo.backend.get(FileType::PruneMark, &name).await {
-            Err(RepoError::NotFound(_)) => continue,
-            got => got?,
-        };
-        let mark: Mark = serde_json::from_slice(&bytes)
-            .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
-        marks.push((name, mark));
-    }
-    Ok(marks)
-}
-
 /// Rewrites the index objects that list any of `doomed`: a new object with their other
 /// packs is written first, then the old ones are deleted, so no moment lacks an entry.
-async fn drop_from_index<B: Backend>(
-    repo: &Repository<B>,
+async fn drop_from_index<S: Storage>(
+    repo: &Repository<S>,
     indexes: &mut BTreeMap<String, IndexJson>,
     doomed: &BTreeSet<Id>,
 ) -> Result<()> {
@@ -175,19 +135,19 @@ async fn drop_from_index<B: Backend>(
         let json = IndexJson { packs: kept };
         let bytes = serde_json::to_vec(&json).expect("index serializes");
         let id = repo.config.id_key.id(&bytes);
-        repo.backend
+        repo.storage
             .put(FileType::Index, &id.to_hex(), Bytes::from(bytes))
             .await?;
         indexes.insert(id.to_hex(), json);
     }
     for name in &touched {
-        repo.backend.delete(FileType::Index, name).await?;
+        repo.storage.delete(FileType::Index, name).await?;
     }
     Ok(())
 }
 
 /// Every blob any snapshot uses (trees and content).
-async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
+async fn used_blobs<S: Storage>(repo: &Repository<S>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
     let mut used = HashSet::new();
     while let Some(t) = trees.pop() {
         if !used.insert(t) {
@@ -211,16 +171,16 @@ async fn used_blobs<B: Backend>(repo: &Repository<B>, mut trees: Vec<Id>) -> Res
 /// run read them, or written (again) within the grace period, is in use by a backup this
 /// run cannot see yet (a re-run of a killed backup rebuilds its unindexed packs byte for
 /// byte, under the same names). Returns the packs that may go.
-async fn last_checks<B: Backend>(
-    repo: &Repository<B>,
+async fn last_checks<S: Storage>(
+    repo: &Repository<S>,
     indexes: &BTreeMap<String, IndexJson>,
     mut doomed: BTreeSet<Id>,
     now: time::OffsetDateTime,
     grace: Duration,
 ) -> Result<BTreeSet<Id>> {
-    for (name, _) in repo.backend.list(FileType::Index).await? {
+    for (name, _) in repo.storage.list(FileType::Index).await? {
         if !indexes.contains_key(&name) {
-            let bytes = repo.backend.get(FileType::Index, &name).await?;
+            let bytes = repo.storage.get(FileType::Index, &name).await?;
             let late: IndexJson = serde_json::from_slice(&bytes)
                 .map_err(|e| RepoError::corrupt(format!("index/{name}"), e))?;
             for p in &late.packs {
@@ -232,7 +192,7 @@ async fn last_checks<B: Backend>(
     let grace_secs = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
     let mut fresh_again = Vec::new();
     for p in &doomed {
-        match repo.backend.modified(FileType::Pack, &p.to_hex()).await? {
+        match repo.storage.modified(FileType::Pack, &p.to_hex()).await? {
             Some(t) if now_secs.saturating_sub(t) < grace_secs => fresh_again.push(*p),
             _ => {}
         }

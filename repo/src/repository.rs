@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::backend::{Backend, FileType};
 use crate::blob::{self, BlobType};
 use crate::config::{Config, Params};
 use crate::error::{RepoError, Result};
@@ -14,11 +13,12 @@ use crate::id::Id;
 use crate::index::{Index, IndexJson};
 use crate::progress::Progress;
 use crate::snapshot::Snapshot;
+use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
 
 /// An opened repository.
-pub struct Repository<B: Backend> {
-    pub(crate) backend: Arc<B>,
+pub struct Repository<S: Storage> {
+    pub(crate) storage: Arc<S>,
     pub(crate) config: Arc<Config>,
     pub(crate) index: Arc<Index>,
     /// The index objects `index` was loaded from (sorted): content-addressed, so the same
@@ -34,10 +34,10 @@ const LIST_AGAIN: usize = 3;
 
 /// A cheap copy sharing storage, config and the index as loaded: for work on another
 /// thread (a backup's reader), never for writing the index.
-impl<B: Backend> Clone for Repository<B> {
+impl<S: Storage> Clone for Repository<S> {
     fn clone(&self) -> Self {
         Self {
-            backend: self.backend.clone(),
+            storage: self.storage.clone(),
             config: self.config.clone(),
             index: self.index.clone(),
             index_names: self.index_names.clone(),
@@ -46,21 +46,21 @@ impl<B: Backend> Clone for Repository<B> {
     }
 }
 
-impl<B: Backend> Repository<B> {
+impl<S: Storage> Repository<S> {
     /// Creates a repository (writes `config`) and opens it.
     ///
     /// # Errors
     /// `AlreadyExists` when there is a `config`; storage errors.
-    pub async fn init(backend: B, params: Params) -> Result<Self> {
-        if backend.exists(FileType::Config, "").await? {
+    pub async fn init(storage: S, params: Params) -> Result<Self> {
+        if storage.exists(FileType::Config, "").await? {
             return Err(RepoError::AlreadyExists);
         }
         let config = Config::new(params)?;
-        backend
+        storage
             .put(FileType::Config, "", Bytes::from(config.to_json()))
             .await?;
         Ok(Self {
-            backend: Arc::new(backend),
+            storage: Arc::new(storage),
             config: Arc::new(config),
             index: Arc::default(),
             index_names: Arc::default(),
@@ -72,8 +72,8 @@ impl<B: Backend> Repository<B> {
     ///
     /// # Errors
     /// `NotFound` when there is no repository; storage errors; corrupt objects.
-    pub async fn open(backend: B) -> Result<Self> {
-        let config = match backend.get(FileType::Config, "").await {
+    pub async fn open(storage: S) -> Result<Self> {
+        let config = match storage.get(FileType::Config, "").await {
             Ok(b) => Config::from_json(&b)?,
             Err(RepoError::NotFound(_)) => {
                 return Err(RepoError::NotFound(
@@ -83,7 +83,7 @@ impl<B: Backend> Repository<B> {
             Err(e) => return Err(e),
         };
         let mut repo = Self {
-            backend: Arc::new(backend),
+            storage: Arc::new(storage),
             config: Arc::new(config),
             index: Arc::default(),
             index_names: Arc::default(),
@@ -137,7 +137,7 @@ impl<B: Backend> Repository<B> {
                 if read.contains_key(name) {
                     continue;
                 }
-                let bytes = match self.backend.get(FileType::Index, name).await {
+                let bytes = match self.storage.get(FileType::Index, name).await {
                     Err(RepoError::NotFound(_)) if again < LIST_AGAIN => {
                         again += 1;
                         continue 'list;
@@ -191,7 +191,7 @@ impl<B: Backend> Repository<B> {
 
     /// The names of the index objects, sorted.
     async fn index_names_listed(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> = (self.backend.list(FileType::Index).await?)
+        let mut names: Vec<String> = (self.storage.list(FileType::Index).await?)
             .into_iter()
             .map(|(name, _)| name)
             .collect();
@@ -220,8 +220,8 @@ impl<B: Backend> Repository<B> {
 
     /// The storage.
     #[must_use]
-    pub fn backend(&self) -> &B {
-        &self.backend
+    pub fn storage(&self) -> &S {
+        &self.storage
     }
 
     /// Reads a blob, decompresses it and checks that it hashes to its ID.
@@ -235,7 +235,7 @@ impl<B: Backend> Repository<B> {
             .ok_or_else(|| RepoError::NotFound(format!("blob {}", id.short())))?;
         let what = format!("blob {} in pack {}", id.short(), loc.pack.short());
         let stored = self
-            .backend
+            .storage
             .get_range(
                 FileType::Pack,
                 &loc.pack.to_hex(),
@@ -277,7 +277,7 @@ impl<B: Backend> Repository<B> {
         let start = first.offset;
         let span = last.offset + u64::from(last.length) - start;
         let stored = self
-            .backend
+            .storage
             .get_range(FileType::Pack, &first.pack.to_hex(), start, span)
             .await?;
         let mut out = Vec::with_capacity(ids.len());
@@ -350,7 +350,7 @@ impl<B: Backend> Repository<B> {
     /// # Errors
     /// `NotFound`, storage errors, or a snapshot that does not match its ID.
     pub async fn load_snapshot(&self, id: &Id) -> Result<Snapshot> {
-        let bytes = self.backend.get(FileType::Snapshot, &id.to_hex()).await?;
+        let bytes = self.storage.get(FileType::Snapshot, &id.to_hex()).await?;
         if self.config.id_key.id(&bytes) != *id {
             return Err(RepoError::corrupt(
                 format!("snapshot {}", id.short()),
@@ -367,7 +367,7 @@ impl<B: Backend> Repository<B> {
     /// Storage errors; corrupt snapshots.
     pub async fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
         let mut out = Vec::new();
-        for (name, _) in self.backend.list(FileType::Snapshot).await? {
+        for (name, _) in self.storage.list(FileType::Snapshot).await? {
             let id = Id::from_hex(&name)?;
             out.push((id, self.load_snapshot(&id).await?));
         }

@@ -14,11 +14,11 @@ pub fn run(args: &InitArgs) -> Result<()> {
     params.pack_size = args.pack_mib.saturating_mul(1 << 20);
     super::runtime()?.block_on(async {
         let conn = super::connect(&args.repo).await?;
-        conn.backend
+        conn.storage
             .ensure_bucket()
             .await
             .context("creating the bucket")?;
-        let repo = Repository::init(conn.backend.clone(), params)
+        let repo = Repository::init(conn.storage.clone(), params)
             .await
             .with_context(|| format!("initializing {}", conn.repository))?;
         println!(

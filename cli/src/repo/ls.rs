@@ -1,7 +1,7 @@
 //! `kura ls SNAPSHOT [PATH]`: the entries of a snapshot, one per line or as JSON lines.
 
 use anyhow::Result;
-use kura_repo::{Backend, Id, NodeType, Repository};
+use kura_repo::{Id, NodeType, Repository, Storage};
 
 use crate::args::LsArgs;
 
@@ -17,8 +17,8 @@ pub fn run(args: &LsArgs) -> Result<()> {
     })
 }
 
-async fn list<B: Backend>(
-    repo: &Repository<B>,
+async fn list<S: Storage>(
+    repo: &Repository<S>,
     tree: &Id,
     prefix: String,
     only: Option<&str>,

@@ -15,14 +15,14 @@ pub mod snapshots;
 pub mod stats;
 
 use anyhow::{Context as _, Result};
-use kura_repo::{S3Backend, S3Location};
+use kura_repo::{S3Location, S3Storage};
 
 use crate::args::{GatewayArgs, RepoArgs};
 
 /// Storage for the repository, and the in-process gateway behind it when there is one
 /// (it serves until this value is dropped).
 pub struct Connection {
-    pub backend: S3Backend,
+    pub storage: S3Storage,
     /// `s3://BUCKET/PREFIX`, for messages.
     pub repository: String,
     _gateway: Option<kura_gateway::server::Running>,
@@ -62,7 +62,7 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
             start_gateway(&gateway).await?
         }
     };
-    let backend = S3Backend::new(&S3Location {
+    let storage = S3Storage::new(&S3Location {
         endpoint,
         bucket,
         prefix,
@@ -70,7 +70,7 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
         secret_key,
     });
     Ok(Connection {
-        backend,
+        storage,
         repository: loc.repository,
         _gateway: gateway,
     })
@@ -96,9 +96,9 @@ async fn start_gateway(
 }
 
 /// Connects and opens the repository, with its location in the error.
-pub async fn open(args: &RepoArgs) -> Result<(kura_repo::Repository<S3Backend>, Connection)> {
+pub async fn open(args: &RepoArgs) -> Result<(kura_repo::Repository<S3Storage>, Connection)> {
     let conn = connect(args).await?;
-    let repo = kura_repo::Repository::open(conn.backend.clone())
+    let repo = kura_repo::Repository::open(conn.storage.clone())
         .await
         .with_context(|| format!("opening {}", conn.repository))?;
     Ok((repo, conn))

@@ -1,7 +1,7 @@
 //! `kura stats`: snapshots, blobs, and bytes before and after compression and in storage.
 
 use anyhow::Result;
-use kura_repo::{Backend as _, FileType};
+use kura_repo::{FileType, Storage as _};
 
 use crate::args::StatsArgs;
 
@@ -10,7 +10,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         let (repo, _conn) = super::open(&args.repo).await?;
         let snapshots = repo.snapshots().await?.len();
         let (blobs, raw, stored) = repo.index().totals();
-        let packs = repo.backend().list(FileType::Pack).await?;
+        let packs = repo.storage().list(FileType::Pack).await?;
         let pack_bytes: u64 = packs.iter().map(|(_, size)| size).sum();
         if args.json {
             println!(

@@ -145,7 +145,7 @@ fn listing(root: &Path) -> Vec<Entry> {
 
 /// The node at `path` (`/`-separated, from the snapshot root).
 async fn node_at(
-    repo: &Repository<kura_repo::S3Backend>,
+    repo: &Repository<kura_repo::S3Storage>,
     root: &kura_repo::Id,
     path: &str,
 ) -> Node {
@@ -170,7 +170,7 @@ async fn a_tree_with_every_file_type_comes_back_identical() {
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
     make_tree(&data);
-    let mut repo = Repository::init(env.backend("tree"), small_params())
+    let mut repo = Repository::init(env.storage("tree"), small_params())
         .await
         .unwrap();
     let (id, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
@@ -185,7 +185,7 @@ async fn a_tree_with_every_file_type_comes_back_identical() {
     assert_eq!(random.content, dup.content);
 
     // A fresh handle, as a second process would open it.
-    let repo = Repository::open(env.backend("tree")).await.unwrap();
+    let repo = Repository::open(env.storage("tree")).await.unwrap();
     let (found, _) = repo.find_snapshot("latest").await.unwrap();
     assert_eq!(found, id);
     let out = tempfile::tempdir().unwrap();
@@ -234,14 +234,14 @@ async fn a_second_backup_of_unchanged_data_adds_only_its_snapshot() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("f"), pseudo_random(2 << 20, 7)).unwrap();
-    let mut repo = Repository::init(env.backend("again"), small_params())
+    let mut repo = Repository::init(env.storage("again"), small_params())
         .await
         .unwrap();
     let (first, one) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
         .await
         .unwrap();
     assert!(one.summary.blobs_added > 10);
-    let mut fresh = Repository::open(env.backend("again")).await.unwrap();
+    let mut fresh = Repository::open(env.storage("again")).await.unwrap();
     let (second, two) = backup(&mut fresh, Source::Paths(vec![src.path().into()]), opts())
         .await
         .unwrap();
@@ -269,7 +269,7 @@ async fn an_image_with_zero_regions_is_stored_without_them_and_restored_sparse()
     bytes.extend(pseudo_random(block + 100, 4));
     bytes.extend(vec![0u8; 4 * block]);
     std::fs::write(&image, &bytes).unwrap();
-    let mut repo = Repository::init(env.backend("img"), small_params())
+    let mut repo = Repository::init(env.storage("img"), small_params())
         .await
         .unwrap();
     let (_, snap) = backup(&mut repo, Source::Block(image.clone()), opts())
@@ -332,7 +332,7 @@ async fn a_512_mib_image_with_zero_regions_round_trips_sparse() {
         data += region.len() as u64;
     }
     drop(file);
-    let mut repo = Repository::init(env.backend("img512"), Params::default())
+    let mut repo = Repository::init(env.storage("img512"), Params::default())
         .await
         .unwrap();
     let (_, snap) = backup(&mut repo, Source::Block(image.clone()), opts())
@@ -374,7 +374,7 @@ async fn a_stream_from_stdin_comes_back_to_a_writer() {
         "text ".repeat(50_000).into_bytes(),
     ]
     .concat();
-    let mut repo = Repository::init(env.backend("stream"), small_params())
+    let mut repo = Repository::init(env.storage("stream"), small_params())
         .await
         .unwrap();
     let source = Source::Stdin {
@@ -394,12 +394,12 @@ async fn a_stream_from_stdin_comes_back_to_a_writer() {
 #[tokio::test(flavor = "multi_thread")]
 async fn init_refuses_an_existing_repository_and_open_names_a_missing_one() {
     let env = Env::start().await;
-    Repository::init(env.backend("once"), Params::default())
+    Repository::init(env.storage("once"), Params::default())
         .await
         .unwrap();
-    let again = Repository::init(env.backend("once"), Params::default()).await;
+    let again = Repository::init(env.storage("once"), Params::default()).await;
     assert!(matches!(again, Err(RepoError::AlreadyExists)));
-    let missing = Repository::open(env.backend("nothing-here")).await;
+    let missing = Repository::open(env.storage("nothing-here")).await;
     assert!(matches!(missing, Err(RepoError::NotFound(_))));
 }
 
@@ -429,7 +429,7 @@ async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("f"), pseudo_random(1 << 20, 5)).unwrap();
-    let mut repo = Repository::init(env.backend("dmg"), small_params())
+    let mut repo = Repository::init(env.storage("dmg"), small_params())
         .await
         .unwrap();
     let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().join("f")]), opts())
@@ -442,7 +442,7 @@ async fn a_damaged_pack_fails_restore_instead_of_writing_wrong_bytes() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        matches!(err, RepoError::Storage { .. } | RepoError::Corrupt { .. }),
         "{err}"
     );
 }
@@ -456,7 +456,7 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     let data = src.path().join("data");
     std::fs::create_dir_all(data.join("sub")).unwrap();
     std::fs::write(data.join("a.bin"), pseudo_random(1 << 20, 11)).unwrap();
-    let mut repo = Repository::init(env.backend("part"), small_params())
+    let mut repo = Repository::init(env.storage("part"), small_params())
         .await
         .unwrap();
     // a.bin's blobs go into packs of their own, damaged below.
@@ -493,14 +493,14 @@ async fn snapshot_of_data(
     env: &Env,
     prefix: &str,
     files: &[(String, Vec<u8>)],
-) -> (Repository<kura_repo::S3Backend>, kura_repo::Snapshot) {
+) -> (Repository<kura_repo::S3Storage>, kura_repo::Snapshot) {
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     for (name, content) in files {
         std::fs::write(data.join(name), content).unwrap();
     }
-    let mut repo = Repository::init(env.backend(prefix), small_params())
+    let mut repo = Repository::init(env.storage(prefix), small_params())
         .await
         .unwrap();
     let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
@@ -516,7 +516,7 @@ async fn snapshot_of_data(
 async fn repository_with_a_run_of_damage(
     env: &Env,
     prefix: &str,
-) -> (Repository<kura_repo::S3Backend>, kura_repo::Snapshot, usize) {
+) -> (Repository<kura_repo::S3Storage>, kura_repo::Snapshot, usize) {
     let src = tempfile::tempdir().unwrap();
     let (first, second) = (src.path().join("first"), src.path().join("second"));
     std::fs::create_dir_all(&first).unwrap();
@@ -529,7 +529,7 @@ async fn repository_with_a_run_of_damage(
         .unwrap();
     }
     std::fs::hard_link(first.join("f000"), first.join("link")).unwrap();
-    let mut repo = Repository::init(env.backend(prefix), small_params())
+    let mut repo = Repository::init(env.storage(prefix), small_params())
         .await
         .unwrap();
     backup(&mut repo, Source::Paths(vec![first.clone()]), opts())
@@ -600,7 +600,7 @@ async fn a_restore_gives_up_on_a_run_of_failures_when_the_storage_stops_serving_
         "{gets} GETs of {all_gets}: files were still started after it gave up"
     );
     assert!(
-        matches!(err, RepoError::Storage(_) | RepoError::Corrupt { .. }),
+        matches!(err, RepoError::Storage { .. } | RepoError::Corrupt { .. }),
         "{err}"
     );
     // Files that were being written when it gave up finished or were removed.
@@ -691,7 +691,7 @@ async fn include_globs_restore_only_matching_entries_and_their_directories() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, body).unwrap();
     }
-    let mut repo = Repository::init(env.backend("include"), small_params())
+    let mut repo = Repository::init(env.storage("include"), small_params())
         .await
         .unwrap();
     let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())

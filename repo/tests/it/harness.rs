@@ -3,7 +3,7 @@
 //! `s3://repo/PREFIX` through that gateway.
 
 use kura_gateway::server::Running;
-use kura_repo::{S3Backend, S3Location};
+use kura_repo::{S3Location, S3Storage};
 use kura_testkit::upstream::Upstream;
 
 pub use kura_testkit::data::pseudo_random;
@@ -29,7 +29,7 @@ impl Env {
         );
         let gateway = kura_gateway::server::start(config).await.unwrap();
         let env = Env { upstream, gateway };
-        env.backend("").ensure_bucket().await.unwrap();
+        env.storage("").ensure_bucket().await.unwrap();
         env
     }
 
@@ -43,8 +43,9 @@ impl Env {
         }
     }
 
-    pub fn backend(&self, prefix: &str) -> S3Backend {
-        S3Backend::new(&self.location(prefix))
+    /// Storage for the repository at `s3://repo/PREFIX`, through the gateway.
+    pub fn storage(&self, prefix: &str) -> S3Storage {
+        S3Storage::new(&self.location(prefix))
     }
 
     /// Client GetObject requests the gateway has answered so far (from its `/metrics`).

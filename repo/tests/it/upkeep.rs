@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use kura_repo::{
-    Backend as _, FileType, Include, KeepPolicy, Repository, Source, backup, check, forget, prune,
+    FileType, Include, KeepPolicy, Repository, Source, Storage as _, backup, check, forget, prune,
     restore,
 };
 
@@ -24,7 +24,7 @@ async fn an_incremental_backup_reads_only_what_changed() {
     for (i, name) in ["a.bin", "b.bin", "c.bin"].iter().enumerate() {
         std::fs::write(src.path().join(name), pseudo_random(500_000, i as u64)).unwrap();
     }
-    let mut repo = Repository::init(env.backend("inc"), small_params())
+    let mut repo = Repository::init(env.storage("inc"), small_params())
         .await
         .unwrap();
     let (first, _) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
@@ -65,7 +65,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
     std::fs::write(src.path().join("a.bin"), pseudo_random(3 << 20, 7)).unwrap();
     std::fs::write(src.path().join("b.bin"), pseudo_random(3 << 20, 8)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
-    let mut repo = Repository::init(env.backend("stale"), small_params())
+    let mut repo = Repository::init(env.storage("stale"), small_params())
         .await
         .unwrap();
     backup(&mut repo, source("a.bin"), opts()).await.unwrap();
@@ -80,7 +80,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
     )
     .await
     .unwrap();
-    let mut stale = Repository::open(env.backend("stale")).await.unwrap();
+    let mut stale = Repository::open(env.storage("stale")).await.unwrap();
     assert!(
         !stale.index().is_empty(),
         "opened while the pack is indexed"
@@ -92,7 +92,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
 }
 
 /// Runs prune twice with no grace period: marks, then deletes.
-async fn prune_deletes_what_it_marked(repo: &mut Repository<kura_repo::S3Backend>) {
+async fn prune_deletes_what_it_marked(repo: &mut Repository<kura_repo::S3Storage>) {
     prune(repo, Duration::ZERO).await.unwrap();
     let report = prune(repo, Duration::ZERO).await.unwrap();
     assert!(report.deleted > 0, "{report:?}");
@@ -107,7 +107,7 @@ async fn assert_clean_and_restored(
     name: &str,
     want: &[u8],
 ) {
-    let mut fresh = Repository::open(env.backend(prefix)).await.unwrap();
+    let mut fresh = Repository::open(env.storage(prefix)).await.unwrap();
     let report = check(&mut fresh, true).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     let out = tempfile::tempdir().unwrap();
@@ -123,7 +123,7 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     std::fs::write(old.path().join("old.bin"), pseudo_random(3 << 20, 1)).unwrap();
     std::fs::write(new.path().join("new.bin"), pseudo_random(3 << 20, 2)).unwrap();
-    let mut repo = Repository::init(env.backend("gc"), small_params())
+    let mut repo = Repository::init(env.storage("gc"), small_params())
         .await
         .unwrap();
     backup(
@@ -161,7 +161,7 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     assert_eq!(second.deleted, first.marked, "{second:?}");
     assert!(pack_count(&env, "gc") < before);
 
-    let mut repo = Repository::open(env.backend("gc")).await.unwrap();
+    let mut repo = Repository::open(env.storage("gc")).await.unwrap();
     let report = check(&mut repo, true).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     let out = tempfile::tempdir().unwrap();
@@ -177,7 +177,7 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
     let env = Env::start().await;
-    Repository::init(env.backend("many"), small_params())
+    Repository::init(env.storage("many"), small_params())
         .await
         .unwrap();
     let dirs: Vec<_> = (0..3u64)
@@ -189,16 +189,16 @@ async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
         })
         .collect();
     let run = |path: std::path::PathBuf| {
-        let backend = env.backend("many");
+        let storage = env.storage("many");
         async move {
-            let mut repo = Repository::open(backend).await.unwrap();
+            let mut repo = Repository::open(storage).await.unwrap();
             backup(&mut repo, Source::Paths(vec![path]), opts())
                 .await
                 .unwrap()
         }
     };
     let pruner = async {
-        let mut repo = Repository::open(env.backend("many")).await.unwrap();
+        let mut repo = Repository::open(env.storage("many")).await.unwrap();
         for _ in 0..3 {
             // The default grace: marks may be written, nothing in use is deleted.
             prune(&mut repo, Duration::from_hours(24)).await.unwrap();
@@ -211,7 +211,7 @@ async fn concurrent_backups_beside_prune_leave_every_snapshot_whole() {
         run(dirs[2].path().into()),
         pruner
     );
-    let mut repo = Repository::open(env.backend("many")).await.unwrap();
+    let mut repo = Repository::open(env.storage("many")).await.unwrap();
     let report = check(&mut repo, true).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
     for (snap, dir) in [a, b, c].iter().zip(&dirs) {
@@ -235,7 +235,7 @@ async fn check_read_data_names_the_file_behind_a_damaged_pack() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("x.bin"), pseudo_random(600_000, 5)).unwrap();
-    let mut repo = Repository::init(env.backend("chk"), small_params())
+    let mut repo = Repository::init(env.storage("chk"), small_params())
         .await
         .unwrap();
     let (snap_id, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
@@ -285,13 +285,13 @@ async fn check_read_data_names_the_file_behind_a_damaged_pack() {
 /// re-run of that backup: prune must not delete it just because its mark is old.
 #[tokio::test(flavor = "multi_thread")]
 async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_period() {
-    use kura_repo::Backend as _;
+    use kura_repo::Storage as _;
     let env = Env::start().await;
-    let mut repo = Repository::init(env.backend("regrow"), small_params())
+    let mut repo = Repository::init(env.storage("regrow"), small_params())
         .await
         .unwrap();
     let pack = kura_repo::Id([7; 32]);
-    repo.backend()
+    repo.storage()
         .put(
             kura_repo::FileType::Pack,
             &pack.to_hex(),
@@ -300,7 +300,7 @@ async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_perio
         .await
         .unwrap();
     let mark = serde_json::json!({ "time": "2026-01-01T00:00:00Z", "packs": [pack.to_hex()] });
-    repo.backend()
+    repo.storage()
         .put(
             kura_repo::FileType::PruneMark,
             &"ab".repeat(32),
@@ -311,7 +311,7 @@ async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_perio
     let report = prune(&mut repo, Duration::from_hours(1)).await.unwrap();
     assert_eq!((report.deleted, report.rescued), (0, 1), "{report:?}");
     assert!(
-        repo.backend()
+        repo.storage()
             .exists(kura_repo::FileType::Pack, &pack.to_hex())
             .await
             .unwrap()
@@ -327,7 +327,7 @@ async fn diff_lists_added_removed_and_changed_paths() {
     std::fs::write(root.join("keep/same.txt"), b"same").unwrap();
     std::fs::write(root.join("edit.txt"), b"before").unwrap();
     std::fs::write(root.join("gone.txt"), b"gone").unwrap();
-    let mut repo = Repository::init(env.backend("diff"), small_params())
+    let mut repo = Repository::init(env.storage("diff"), small_params())
         .await
         .unwrap();
     let (_, one) = backup(&mut repo, Source::Paths(vec![root.clone()]), opts())
@@ -367,13 +367,13 @@ async fn diff_lists_added_removed_and_changed_paths() {
 /// deleted just before it is read, as a prune does between another's listing and read
 /// (an index object it replaced, a mark it finished).
 struct DeletedBeforeFirstRead {
-    inner: kura_repo::S3Backend,
+    inner: kura_repo::S3Storage,
     ft: FileType,
     done: std::sync::atomic::AtomicBool,
 }
 
 impl DeletedBeforeFirstRead {
-    fn new(inner: kura_repo::S3Backend, ft: FileType) -> Self {
+    fn new(inner: kura_repo::S3Storage, ft: FileType) -> Self {
         Self {
             inner,
             ft,
@@ -386,7 +386,7 @@ impl DeletedBeforeFirstRead {
     }
 }
 
-impl kura_repo::Backend for DeletedBeforeFirstRead {
+impl kura_repo::Storage for DeletedBeforeFirstRead {
     async fn put(&self, ft: FileType, name: &str, data: bytes::Bytes) -> kura_repo::Result<()> {
         self.inner.put(ft, name, data).await
     }
@@ -427,7 +427,7 @@ async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("a.bin"), pseudo_random(1 << 20, 3)).unwrap();
     std::fs::write(src.path().join("b.bin"), pseudo_random(1 << 20, 4)).unwrap();
-    let mut repo = Repository::init(env.backend("relist"), small_params())
+    let mut repo = Repository::init(env.storage("relist"), small_params())
         .await
         .unwrap();
     for f in ["a.bin", "b.bin"] {
@@ -435,13 +435,13 @@ async fn an_index_object_deleted_between_listing_and_read_is_listed_again() {
             .await
             .unwrap();
     }
-    let listed = env.backend("relist").list(FileType::Index).await.unwrap();
+    let listed = env.storage("relist").list(FileType::Index).await.unwrap();
     assert!(listed.len() >= 2, "{listed:?}");
-    let faulty = DeletedBeforeFirstRead::new(env.backend("relist"), FileType::Index);
+    let faulty = DeletedBeforeFirstRead::new(env.storage("relist"), FileType::Index);
     let opened = Repository::open(faulty).await.unwrap();
-    assert!(opened.backend().deleted());
+    assert!(opened.storage().deleted());
     assert!(!opened.index().is_empty(), "the other objects were read");
-    let left = env.backend("relist").list(FileType::Index).await.unwrap();
+    let left = env.storage("relist").list(FileType::Index).await.unwrap();
     assert_eq!(left.len(), listed.len() - 1);
 }
 
@@ -454,7 +454,7 @@ async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
     std::fs::write(src.path().join("a.bin"), pseudo_random(1 << 20, 5)).unwrap();
     std::fs::write(src.path().join("b.bin"), pseudo_random(1 << 20, 6)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
-    let mut repo = Repository::init(env.backend("marks"), small_params())
+    let mut repo = Repository::init(env.storage("marks"), small_params())
         .await
         .unwrap();
     backup(&mut repo, source("a.bin"), opts()).await.unwrap();
@@ -466,15 +466,15 @@ async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
     forget(&repo, keep_last, false).await.unwrap();
     prune(&mut repo, Duration::from_hours(1)).await.unwrap();
     let marks = env
-        .backend("marks")
+        .storage("marks")
         .list(FileType::PruneMark)
         .await
         .unwrap();
     assert_eq!(marks.len(), 1, "phase 1 wrote a mark");
-    let faulty = DeletedBeforeFirstRead::new(env.backend("marks"), FileType::PruneMark);
+    let faulty = DeletedBeforeFirstRead::new(env.storage("marks"), FileType::PruneMark);
     let mut opened = Repository::open(faulty).await.unwrap();
     let (_, snap) = backup(&mut opened, source("a.bin"), opts()).await.unwrap();
-    assert!(opened.backend().deleted());
+    assert!(opened.storage().deleted());
     assert_eq!(snap.summary.files, 1);
 }
 
@@ -488,18 +488,18 @@ async fn a_second_backup_on_one_handle_sees_a_prune_of_what_the_first_wrote() {
     std::fs::write(src.path().join("x.bin"), pseudo_random(3 << 20, 21)).unwrap();
     std::fs::write(src.path().join("y.bin"), pseudo_random(3 << 20, 22)).unwrap();
     let source = |name: &str| Source::Paths(vec![src.path().join(name)]);
-    let mut held = Repository::init(env.backend("held"), small_params())
+    let mut held = Repository::init(env.storage("held"), small_params())
         .await
         .unwrap();
     backup(&mut held, source("x.bin"), opts()).await.unwrap();
     let (y_id, _) = backup(&mut held, source("y.bin"), opts()).await.unwrap();
     // `kura forget` of y's snapshot, then a prune from elsewhere deletes y's packs and the
     // index object that listed only them.
-    env.backend("held")
+    env.storage("held")
         .delete(FileType::Snapshot, &y_id.to_hex())
         .await
         .unwrap();
-    let mut other = Repository::open(env.backend("held")).await.unwrap();
+    let mut other = Repository::open(env.storage("held")).await.unwrap();
     prune_deletes_what_it_marked(&mut other).await;
 
     let (_, snap) = backup(&mut held, source("y.bin"), opts()).await.unwrap();

@@ -59,8 +59,9 @@ impl Aligned {
 /// # Errors
 /// Any other failure to open.
 pub fn create(path: &Path) -> io::Result<Option<File>> {
-    let flags =
-        i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0) | crate::restore::NO_FOLLOW;
+    // Not through a symlink in the file's place, as every file a restore writes (`write.rs`).
+    let flags = i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0)
+        | rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
     match OpenOptions::new()
         .write(true)
         .create(true)

@@ -52,7 +52,7 @@ impl FileType {
 
 /// Object storage for one repository. Objects are small (config, index, snapshots) or
 /// bounded by the pack size, so whole-object calls take and return `Bytes`.
-pub trait Backend: Send + Sync + 'static {
+pub trait Storage: Send + Sync + 'static {
     /// Stores an object (replacing none: every name but `config` is content-addressed).
     fn put(&self, ft: FileType, name: &str, data: Bytes)
     -> impl Future<Output = Result<()>> + Send;
@@ -82,11 +82,11 @@ pub trait Backend: Send + Sync + 'static {
 
 /// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
 #[derive(Clone)]
-pub struct S3Backend {
+pub struct S3Storage {
     client: Client,
     bucket: String,
     prefix: String,
-    /// Whether PUT bodies are hashed into the signature (see [`S3Backend::new`]).
+    /// Whether PUT bodies are hashed into the signature (see [`S3Storage::new`]).
     sign_payload: bool,
 }
 
@@ -109,20 +109,26 @@ impl S3Location {
     /// Parses `s3://BUCKET[/PREFIX]`; returns (bucket, prefix).
     ///
     /// # Errors
-    /// When `repo` is not of that form.
+    /// [`RepoError::BadLocation`] when `repo` is not of that form.
     pub fn parse_repo(repo: &str) -> Result<(String, String)> {
         let rest = repo
             .strip_prefix("s3://")
-            .ok_or_else(|| RepoError::Storage(format!("{repo:?}: expected s3://BUCKET/PREFIX")))?;
+            .ok_or_else(|| RepoError::BadLocation {
+                location: repo.to_string(),
+                why: "expected s3://BUCKET/PREFIX",
+            })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(RepoError::Storage(format!("{repo:?}: no bucket")));
+            return Err(RepoError::BadLocation {
+                location: repo.to_string(),
+                why: "no bucket",
+            });
         }
         Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
     }
 }
 
-impl S3Backend {
+impl S3Storage {
     /// A client for the repository at `loc`.
     #[must_use]
     pub fn new(loc: &S3Location) -> Self {
@@ -176,7 +182,7 @@ impl S3Backend {
             {
                 Ok(None)
             }
-            Err(e) => Err(storage("HeadObject", key, &e)),
+            Err(e) => Err(sdk_error("HeadObject", key, &e)),
         }
     }
 
@@ -200,7 +206,7 @@ impl S3Backend {
             .bucket(&self.bucket)
             .send()
             .await
-            .map_err(|e| storage("CreateBucket", &self.bucket, &e))?;
+            .map_err(|e| sdk_error("CreateBucket", &self.bucket, &e))?;
         Ok(())
     }
 }
@@ -232,8 +238,8 @@ fn payload_is_protected(endpoint: &str) -> bool {
 
 /// One line for a failed SDK call: the S3 error code and message, or why the gateway could
 /// not be reached.
-fn storage<E>(
-    op: &str,
+fn sdk_error<E>(
+    op: &'static str,
     key: &str,
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> RepoError
@@ -262,10 +268,14 @@ where
         }
         other => other.to_string(),
     };
-    RepoError::Storage(format!("{op} {key}: {detail}"))
+    RepoError::Storage {
+        op,
+        key: key.to_string(),
+        detail,
+    }
 }
 
-impl Backend for S3Backend {
+impl Storage for S3Storage {
     async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
         let key = self.key(ft, name);
         let put = self
@@ -282,7 +292,7 @@ impl Backend for S3Backend {
         };
         put.send()
             .await
-            .map_err(|e| storage("PutObject", &key, &e))?;
+            .map_err(|e| sdk_error("PutObject", &key, &e))?;
         Ok(())
     }
 
@@ -303,14 +313,14 @@ impl Backend for S3Backend {
                 {
                     RepoError::NotFound(key.clone())
                 } else {
-                    storage("GetObject", &key, &e)
+                    sdk_error("GetObject", &key, &e)
                 }
             })?;
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?;
+        let body = out.body.collect().await.map_err(|e| RepoError::Storage {
+            op: "GetObject",
+            key: key.clone(),
+            detail: e.to_string(),
+        })?;
         Ok(body.into_bytes())
     }
 
@@ -327,16 +337,16 @@ impl Backend for S3Backend {
             .range(format!("bytes={offset}-{}", offset + len - 1))
             .send()
             .await
-            .map_err(|e| storage("GetObject", &key, &e))?;
+            .map_err(|e| sdk_error("GetObject", &key, &e))?;
         // Into one buffer of the expected size as the pieces arrive: one copy (collecting
         // first and joining after is two).
         let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut stream = out.body;
-        while let Some(piece) = stream
-            .try_next()
-            .await
-            .map_err(|e| RepoError::Storage(format!("GetObject {key}: {e}")))?
-        {
+        while let Some(piece) = stream.try_next().await.map_err(|e| RepoError::Storage {
+            op: "GetObject",
+            key: key.clone(),
+            detail: e.to_string(),
+        })? {
             if (body.len() + piece.len()) as u64 > len {
                 return Err(RepoError::corrupt(
                     key,
@@ -374,7 +384,7 @@ impl Backend for S3Backend {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| storage("ListObjectsV2", &prefix, &e))?;
+            let page = page.map_err(|e| sdk_error("ListObjectsV2", &prefix, &e))?;
             for obj in page.contents() {
                 let Some(key) = obj.key() else { continue };
                 let name = key.rsplit('/').next().unwrap_or(key);
@@ -403,7 +413,7 @@ impl Backend for S3Backend {
             .key(&key)
             .send()
             .await
-            .map_err(|e| storage("DeleteObject", &key, &e))?;
+            .map_err(|e| sdk_error("DeleteObject", &key, &e))?;
         Ok(())
     }
 }

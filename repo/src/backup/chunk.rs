@@ -1,0 +1,220 @@
+//! Chunking: content-defined chunks of files and streams (FastCDC, `cdc.rs`), fixed blocks
+//! of devices and images (all-zero blocks become holes). Chunks are hashed, and the new
+//! ones compressed, in batches on every core (`par_map`) before the packer takes them.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use super::packer::Packer;
+use crate::blob::{self, BlobType};
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::storage::Storage;
+use crate::tree::Content;
+
+/// Bytes of chunks below which a batch is hashed and compressed on the reading thread.
+pub const PARALLEL_MIN: usize = 1 << 20;
+
+/// Cuts input into chunks and hands them to the packer; its buffers are reused from one
+/// file to the next.
+pub(super) struct Chunker {
+    /// One zstd context per core, for batches hashed and compressed in parallel.
+    workers: Vec<blob::Compressors>,
+    /// The chunker's window, reused for every file: four times the largest chunk.
+    cdc_buf: Vec<u8>,
+}
+
+impl Chunker {
+    /// A chunker with a zstd context per core.
+    pub(super) fn new() -> Result<Self> {
+        Ok(Self {
+            workers: (0..std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+                .map(|_| blob::Compressors::new())
+                .collect::<Result<_>>()?,
+            cdc_buf: Vec::new(),
+        })
+    }
+
+    /// Content-defined chunks of a stream. The window holds four times the largest chunk: a
+    /// cut is final once `max` bytes follow its start (or the input ended), so chunks are
+    /// cut in place and only the unfinished tail moves, once per refill.
+    ///
+    /// `size_hint` (a file's length) keeps the window small for small files: a tree of
+    /// small files then never touches the full window's pages. The window grows to its
+    /// full size as soon as the input turns out longer.
+    ///
+    /// `read` is told each time a window's bytes are done (the packer then holds their
+    /// chunks).
+    pub(super) fn cdc<S: Storage>(
+        &mut self,
+        packer: &mut Packer<S>,
+        mut reader: impl Read,
+        size_hint: Option<u64>,
+        read: &mut impl FnMut(&Packer<S>, u64),
+    ) -> Result<(Vec<Content>, u64)> {
+        let c = packer.repo().config.params.chunker;
+        let max = c.max as usize;
+        let window = 4 * max;
+        let mut buf = std::mem::take(&mut self.cdc_buf);
+        let first = size_hint
+            .and_then(|n| usize::try_from(n).ok())
+            .map_or(window, |n| (n + 1).clamp(64 << 10, window));
+        if buf.len() < first {
+            buf.resize(first, 0);
+        }
+        let mut content = Vec::new();
+        let (mut len, mut size, mut eof) = (0usize, 0u64, false);
+        let result = loop {
+            if !eof && len == buf.len() && buf.len() < window {
+                buf.resize(window, 0);
+            }
+            while !eof && len < buf.len() {
+                match reader.read(&mut buf[len..]) {
+                    Ok(0) => eof = true,
+                    Ok(n) => len += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(RepoError::io(Path::new("input"), e)),
+                }
+            }
+            let mut start = 0;
+            let mut ranges = Vec::new();
+            for (offset, length) in crate::cdc::chunks(&buf[..len], c) {
+                if !eof && len - offset < max {
+                    break;
+                }
+                ranges.push((offset, length));
+                start = offset + length;
+            }
+            match self.data_chunks(packer, &buf, &ranges) {
+                Ok(ids) => content.extend(ids.into_iter().map(|blob| Content::Blob { blob })),
+                Err(e) => {
+                    self.cdc_buf = buf;
+                    return Err(e);
+                }
+            }
+            size += start as u64;
+            read(packer, start as u64);
+            buf.copy_within(start..len, 0);
+            len -= start;
+            if eof && len == 0 {
+                break Ok((content, size));
+            }
+        };
+        self.cdc_buf = buf;
+        result
+    }
+
+    /// Fixed chunks of a device or image; all-zero chunks become holes.
+    pub(super) fn fixed<S: Storage>(
+        &mut self,
+        packer: &mut Packer<S>,
+        mut file: File,
+        path: &Path,
+        read: &mut impl FnMut(&Packer<S>, u64),
+    ) -> Result<(Vec<Content>, u64)> {
+        let block = packer.repo().config.params.block_size as usize;
+        // Several blocks per read (16 MiB), so that hashing and compressing have a batch
+        // worth sharing between threads.
+        let blocks_per_read = ((16 << 20) / block).max(1);
+        let mut buf = vec![0u8; block * blocks_per_read];
+        let mut content: Vec<Content> = Vec::new();
+        let mut size = 0u64;
+        loop {
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(RepoError::io(path, e)),
+                }
+            }
+            size += filled as u64;
+            read(packer, filled as u64);
+            // (offset, len, is all zeros) per block; only the others are stored.
+            let blocks: Vec<(usize, usize, bool)> = (0..filled)
+                .step_by(block)
+                .map(|o| {
+                    let l = block.min(filled - o);
+                    (o, l, buf[o..o + l].iter().all(|&b| b == 0))
+                })
+                .collect();
+            let data: Vec<(usize, usize)> = blocks
+                .iter()
+                .filter(|b| !b.2)
+                .map(|&(o, l, _)| (o, l))
+                .collect();
+            let mut ids = self.data_chunks(packer, &buf, &data)?.into_iter();
+            for (_, l, zero) in blocks {
+                if !zero {
+                    let blob = ids.next().expect("one ID per data block");
+                    content.push(Content::Blob { blob });
+                } else if let Some(Content::Zero { zero }) = content.last_mut() {
+                    *zero += l as u64;
+                } else {
+                    content.push(Content::Zero { zero: l as u64 });
+                }
+            }
+            if filled < buf.len() {
+                break;
+            }
+        }
+        Ok((content, size))
+    }
+
+    /// Data chunks `buf[offset..offset + len]`, in order. A batch of at least
+    /// `PARALLEL_MIN` bytes is hashed, then compressed, on every core; smaller ones (small
+    /// files) go one by one, without the threads and zstd contexts that would cost more.
+    fn data_chunks<S: Storage>(
+        &mut self,
+        packer: &mut Packer<S>,
+        buf: &[u8],
+        ranges: &[(usize, usize)],
+    ) -> Result<Vec<Id>> {
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        if ranges.len() < 2 || total < PARALLEL_MIN {
+            return ranges
+                .iter()
+                .map(|&(o, l)| packer.save_blob(BlobType::Data, &buf[o..o + l]))
+                .collect();
+        }
+        let key = &packer.repo().config.id_key;
+        let ids: Vec<Id> = par_map(ranges, &mut self.workers, |_, &(o, l)| {
+            key.id(&buf[o..o + l])
+        });
+        let fresh: Vec<usize> = (0..ids.len()).filter(|&i| packer.is_new(&ids[i])).collect();
+        let compressed = par_map(&fresh, &mut self.workers, |z, &i| {
+            let (o, l) = ranges[i];
+            z.compress(BlobType::Data, &buf[o..o + l])
+        });
+        for (&i, c) in fresh.iter().zip(compressed) {
+            let (o, l) = ranges[i];
+            packer.add_stored(BlobType::Data, ids[i], &buf[o..o + l], c)?;
+        }
+        Ok(ids)
+    }
+}
+
+/// `f` over `items` on one scoped thread per state (contiguous shares), results in order.
+fn par_map<T: Sync, S: Send, R: Send>(
+    items: &[T],
+    states: &mut [S],
+    f: impl Fn(&mut S, &T) -> R + Sync,
+) -> Vec<R> {
+    let share = items.len().div_ceil(states.len().max(1)).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(share)
+            .zip(states.iter_mut())
+            .map(|(part, state)| {
+                let f = &f;
+                scope.spawn(move || part.iter().map(|t| f(state, t)).collect::<Vec<R>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a hashing thread panicked"))
+            .collect()
+    })
+}

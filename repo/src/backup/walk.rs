@@ -1,0 +1,404 @@
+//! Walking what a backup reads: the sources (paths, a stream, a device), directories in
+//! name order, and each entry's metadata, xattrs and content, into the trees of the
+//! snapshot. Files that match their parent snapshot's record keep its content unread;
+//! entries that cannot be read are recorded as errors, not fatal.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek as _, SeekFrom};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+
+use super::chunk::Chunker;
+use super::packer::Packer;
+use super::read::open_as_listed;
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::snapshot::Summary;
+use crate::storage::Storage;
+use crate::tree::{Content, Node, NodeType, Tree};
+
+/// What to back up.
+pub enum Source {
+    /// Files and directories.
+    Paths(Vec<PathBuf>),
+    /// A stream, stored as one file called `name`.
+    Stdin {
+        /// The file name in the snapshot.
+        name: String,
+        /// The stream.
+        reader: Box<dyn Read + Send>,
+    },
+    /// A block device or image file, cut into fixed chunks; zero chunks become holes.
+    Block(PathBuf),
+}
+
+/// Lists the sources and builds their trees, reading files through the chunker into the
+/// packer.
+pub(super) struct Walker<S: Storage> {
+    /// Where every blob goes.
+    pub(super) packer: Packer<S>,
+    chunker: Chunker,
+    /// Counts of what was read (the packer counts what was stored).
+    summary: Summary,
+    /// What could not be read, as `path: why`.
+    errors: Vec<String>,
+}
+
+impl<S: Storage> Walker<S> {
+    /// A walker storing through `packer`.
+    pub(super) fn new(packer: Packer<S>) -> Result<Self> {
+        Ok(Self {
+            packer,
+            chunker: Chunker::new()?,
+            summary: Summary::default(),
+            errors: Vec::new(),
+        })
+    }
+
+    /// The snapshot's counts so far, the packer's included; taken, leaving zeros.
+    pub(super) fn take_summary(&mut self) -> Summary {
+        let added = self.packer.added();
+        Summary {
+            blobs_added: added.blobs,
+            bytes_added: added.bytes,
+            bytes_stored: added.stored,
+            ..std::mem::take(&mut self.summary)
+        }
+    }
+
+    /// What could not be read, taken.
+    pub(super) fn take_errors(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// Whether something could not be read.
+    pub(super) fn incomplete(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// Stores `source` (beside its `parent` snapshot's root tree, if any); returns the
+    /// root tree's ID and the paths for the snapshot.
+    pub(super) fn source(
+        &mut self,
+        source: Source,
+        parent: Option<&Tree>,
+    ) -> Result<(Id, Vec<String>)> {
+        let mut root = Tree::default();
+        let mut paths = Vec::new();
+        match source {
+            Source::Paths(list) => {
+                unique_top_names(&list)?;
+                for path in list {
+                    paths.push(path.display().to_string());
+                    let name = top_name(&path);
+                    let before = parent.and_then(|t| t.find(&name));
+                    match std::fs::symlink_metadata(&path) {
+                        Ok(meta) => {
+                            if let Some(node) = self.node(&path, &name, &meta, before)? {
+                                root.nodes.push(node);
+                            }
+                        }
+                        Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+                    }
+                }
+            }
+            Source::Stdin { name, reader } => {
+                paths.push(format!("-:{name}"));
+                let mut node = Node {
+                    kind: Some(NodeType::File),
+                    mode: 0o644,
+                    mtime: now_ns(),
+                    links: 1,
+                    ..Node::default()
+                };
+                node.set_name(std::ffi::OsStr::new(&name));
+                // Checked before stdin is read: a restore to a directory refuses an
+                // entry named `a/b` or nothing.
+                if !node.name_is_safe() {
+                    return Err(RepoError::Invalid(format!(
+                        "the stream's name {name:?} is not a plain file name (no `/`, not empty)"
+                    )));
+                }
+                let (content, size) = self.cdc(reader, None)?;
+                node.size = Some(size);
+                node.content = Some(content);
+                self.summary.files += 1;
+                root.nodes.push(node);
+            }
+            Source::Block(path) => {
+                paths.push(path.display().to_string());
+                let meta = std::fs::metadata(&path).map_err(|e| RepoError::io(&path, e))?;
+                let mut file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
+                // A block device's metadata says 0 bytes; its end says how large it is.
+                let len = file
+                    .seek(SeekFrom::End(0))
+                    .and_then(|n| file.seek(SeekFrom::Start(0)).map(|_| n))
+                    .map_err(|e| RepoError::io(&path, e))?;
+                self.packer.repo().progress.set_total(len);
+                let mut node = node_from_meta(&meta, NodeType::File);
+                node.set_name(path.file_name().unwrap_or(std::ffi::OsStr::new("device")));
+                let (content, size) = self.fixed(file, &path)?;
+                node.size = Some(size);
+                node.content = Some(content);
+                self.summary.files += 1;
+                root.nodes.push(node);
+            }
+        }
+        root.sort();
+        let id = self.packer.save_tree(&root)?;
+        Ok((id, paths))
+    }
+
+    /// One directory entry, or `None` when it could not be read (recorded as an error).
+    fn node(
+        &mut self,
+        path: &Path,
+        name: &std::ffi::OsStr,
+        meta: &std::fs::Metadata,
+        before: Option<&Node>,
+    ) -> Result<Option<Node>> {
+        let ft = meta.file_type();
+        let kind = if ft.is_dir() {
+            NodeType::Dir
+        } else if ft.is_file() {
+            NodeType::File
+        } else if ft.is_symlink() {
+            NodeType::Symlink
+        } else if ft.is_char_device() {
+            NodeType::Chardev
+        } else if ft.is_block_device() {
+            NodeType::Blockdev
+        } else if ft.is_fifo() {
+            NodeType::Fifo
+        } else {
+            NodeType::Socket
+        };
+        let mut node = node_from_meta(meta, kind);
+        node.set_name(name);
+        let unchanged = kind == NodeType::File && self.unchanged(&node, meta, before);
+        // Read for every entry, unchanged files too: a parent written before xattrs were
+        // recorded, or whose read of them failed, must not pass its lack on.
+        node.xattrs = self.xattrs(path);
+        match kind {
+            NodeType::File if unchanged => {
+                let before = before.expect("unchanged has a parent node");
+                node.size = before.size;
+                node.content.clone_from(&before.content);
+                self.summary.files += 1;
+                self.summary.files_unchanged += 1;
+            }
+            NodeType::File => {
+                let file = match open_as_listed(path, meta) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.errors.push(format!("{}: {e}", path.display()));
+                        return Ok(None);
+                    }
+                };
+                match self.cdc(file, Some(meta.len())) {
+                    Ok((content, size)) => {
+                        node.size = Some(size);
+                        node.content = Some(content);
+                    }
+                    Err(RepoError::Io { path: _, source }) => {
+                        self.errors.push(format!("{}: {source}", path.display()));
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e),
+                }
+                self.summary.files += 1;
+            }
+            NodeType::Dir => {
+                let before = before
+                    .filter(|b| b.kind == Some(NodeType::Dir))
+                    .and_then(|b| b.subtree);
+                let Some(tree) = self.read_dir(path, before)? else {
+                    return Ok(None);
+                };
+                node.subtree = Some(self.packer.save_tree(&tree)?);
+                self.summary.dirs += 1;
+            }
+            NodeType::Symlink => match std::fs::read_link(path) {
+                Ok(t) => node.target_hex = Some(hex::encode(t.as_os_str().as_bytes())),
+                Err(e) => {
+                    self.errors.push(format!("{}: {e}", path.display()));
+                    return Ok(None);
+                }
+            },
+            NodeType::Chardev | NodeType::Blockdev => node.rdev = Some(meta.rdev()),
+            NodeType::Fifo | NodeType::Socket => {}
+        }
+        Ok(Some(node))
+    }
+
+    /// Publishes the counters so far to the repository handle's progress.
+    fn report(&self) {
+        report(&self.summary, &self.packer);
+    }
+
+    /// The xattrs of `path` for its node (`None` when it has none); a failure to read them,
+    /// or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
+    fn xattrs(&mut self, path: &Path) -> Option<Vec<(String, String)>> {
+        let attrs = match crate::fsmeta::read_xattrs(path) {
+            Ok(a) => a,
+            Err(e) => {
+                self.errors
+                    .push(format!("{}: extended attributes: {e}", path.display()));
+                return None;
+            }
+        };
+        let mut out = Vec::with_capacity(attrs.len());
+        for (name, value) in attrs {
+            match String::from_utf8(name) {
+                Ok(name) => out.push((name, hex::encode(value))),
+                Err(e) => self.errors.push(format!(
+                    "{}: extended attribute name {:?} is not UTF-8",
+                    path.display(),
+                    String::from_utf8_lossy(e.as_bytes())
+                )),
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Whether a file can keep its parent's content without being read: same size, mtime,
+    /// ctime and inode, and every blob still in the index.
+    fn unchanged(&self, node: &Node, meta: &std::fs::Metadata, before: Option<&Node>) -> bool {
+        let Some(b) = before else { return false };
+        b.kind == Some(NodeType::File)
+            && b.size == Some(meta.len())
+            && b.mtime == node.mtime
+            && b.ctime == node.ctime
+            && b.inode == node.inode
+            && b.content.as_deref().is_some_and(|c| {
+                c.iter().all(|c| match c {
+                    Content::Blob { blob } => self.packer.has(blob),
+                    Content::Zero { .. } => true,
+                })
+            })
+    }
+
+    /// The tree of the directory `path`, beside its parent snapshot's tree `before`;
+    /// `None` when it cannot be listed (recorded as an error).
+    fn read_dir(&mut self, path: &Path, before: Option<Id>) -> Result<Option<Tree>> {
+        let parent = match before {
+            Some(id) => Some(
+                self.packer
+                    .handle()
+                    .block_on(self.packer.repo().read_tree(&id))?,
+            ),
+            None => None,
+        };
+        let entries = match std::fs::read_dir(path) {
+            Ok(e) => e,
+            Err(e) => {
+                self.errors.push(format!("{}: {e}", path.display()));
+                return Ok(None);
+            }
+        };
+        let mut tree = Tree::default();
+        let mut names = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(e) => names.push(e.file_name()),
+                Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+            }
+        }
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        for name in names {
+            let child = path.join(&name);
+            let before = parent.as_ref().and_then(|t| t.find(&name));
+            match std::fs::symlink_metadata(&child) {
+                Ok(meta) => {
+                    if let Some(node) = self.node(&child, &name, &meta, before)? {
+                        tree.nodes.push(node);
+                    }
+                    self.report();
+                }
+                Err(e) => self.errors.push(format!("{}: {e}", child.display())),
+            }
+        }
+        Ok(Some(tree))
+    }
+
+    /// Content-defined chunks of a stream, counted as read.
+    fn cdc(&mut self, reader: impl Read, size_hint: Option<u64>) -> Result<(Vec<Content>, u64)> {
+        let summary = &mut self.summary;
+        self.chunker
+            .cdc(&mut self.packer, reader, size_hint, &mut |packer, n| {
+                summary.bytes_read += n;
+                report(summary, packer);
+            })
+    }
+
+    /// Fixed chunks of a device or image, counted as read.
+    fn fixed(&mut self, file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
+        let summary = &mut self.summary;
+        self.chunker
+            .fixed(&mut self.packer, file, path, &mut |packer, n| {
+                summary.bytes_read += n;
+                report(summary, packer);
+            })
+    }
+}
+
+/// Publishes the counters so far to the repository handle's progress.
+fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
+    packer
+        .repo()
+        .progress
+        .set(s.files, s.bytes_read, packer.added().bytes);
+}
+
+/// A node of `kind` with the metadata of `meta`.
+fn node_from_meta(meta: &std::fs::Metadata, kind: NodeType) -> Node {
+    Node {
+        kind: Some(kind),
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        inode: meta.ino(),
+        dev: meta.dev(),
+        links: meta.nlink(),
+        ..Node::default()
+    }
+}
+
+/// Now, in nanoseconds since the Unix epoch (0 before it).
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(0))
+}
+
+/// The name a backed-up path has at the top of its snapshot: its last component, or
+/// `root` for `/` and `.`.
+fn top_name(path: &Path) -> std::ffi::OsString {
+    path.file_name().map_or_else(
+        || std::ffi::OsString::from("root"),
+        std::ffi::OsStr::to_owned,
+    )
+}
+
+/// Refuses paths that would share a name at the top of the snapshot (`/srv/a/data` and
+/// `/srv/b/data`, or `/` and `.`): the snapshot could not hold both, and a restore refuses
+/// a tree with two entries of one name.
+fn unique_top_names(list: &[PathBuf]) -> Result<()> {
+    let mut seen: HashMap<std::ffi::OsString, &Path> = HashMap::new();
+    for path in list {
+        if let Some(first) = seen.insert(top_name(path), path) {
+            return Err(RepoError::Invalid(format!(
+                "{} and {} would both be `{}` at the top of the snapshot: back them up \
+                 in separate snapshots, or back up a directory that holds both",
+                first.display(),
+                path.display(),
+                top_name(path).display()
+            )));
+        }
+    }
+    Ok(())
+}

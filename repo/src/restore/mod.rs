@@ -1,0 +1,130 @@
+//! `kura restore`: a snapshot's tree back onto a directory, one file onto a path, or one
+//! file to a writer. The entry points are here; the parts depend one way only:
+//!
+//! - `tree.rs`: walks a snapshot's trees onto a directory (selection, hard links, special
+//!   files, metadata, failures and when to give up);
+//! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
+//! - `direct.rs`: large files through direct I/O;
+//! - `fetch.rs`: plans a file's content into runs of chunks and fetches them ahead.
+//!
+//! Blobs are fetched by range GET through the gateway (FORMAT.md section 6) and checked
+//! against their IDs; holes (`zero` entries) are skipped, so restored files are sparse
+//! where the source was zero.
+
+mod direct;
+mod fetch;
+mod tree;
+mod write;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+
+use futures::StreamExt as _;
+
+use crate::error::{RepoError, Result};
+use crate::id::Id;
+use crate::include::Include;
+use crate::repository::Repository;
+use crate::storage::Storage;
+use crate::tree::{Node, NodeType};
+
+pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
+
+/// Restores the tree `root` under `target` (created if missing): the entries `include`
+/// selects, with the directories leading to them. An entry that fails is listed in
+/// [`RestoreSummary::failed`] and the restore goes on with the next.
+///
+/// # Errors
+/// The root tree cannot be read or `target` created, or [`FAILURES_IN_A_ROW`] entries
+/// failed one after another and the storage no longer serves the repository's `config`
+/// (the last entry's error).
+pub async fn restore<S: Storage>(
+    repo: &Repository<S>,
+    root: &Id,
+    target: &Path,
+    include: &Include,
+) -> Result<RestoreSummary> {
+    std::fs::create_dir_all(target).map_err(|e| RepoError::io(target, e))?;
+    let tree = repo.read_tree(root).await?;
+    tree::Restorer::new(repo, include).run(tree, target).await
+}
+
+/// Refuses a node that is not a regular file where only a file's content can go: a
+/// directory or a link has none, and writing "nothing" would truncate the target (or
+/// feed an empty stream to a pipe) and report success.
+fn one_file(node: &Node) -> Result<()> {
+    if node.kind == Some(NodeType::File) {
+        return Ok(());
+    }
+    let kind = node.kind.map_or_else(
+        || "an entry of unknown type".to_string(),
+        |k| format!("a {k:?}"),
+    );
+    Err(RepoError::Invalid(format!(
+        "the snapshot holds {kind} ({}), not a file: restore it to a directory",
+        node.name().to_string_lossy()
+    )))
+}
+
+/// Writes the content of a file node to `out` (for `kura restore SNAP -`).
+///
+/// # Errors
+/// [`RepoError::Invalid`] for a node that is not a regular file; storage and
+/// verification errors, or when `out` fails.
+pub async fn write_content<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    out: &mut impl Write,
+) -> Result<u64> {
+    one_file(node)?;
+    let mut written = 0u64;
+    let mut fetched = fetch::fetch_ahead(repo, node);
+    while let Some(item) = fetched.next().await {
+        match item? {
+            (_, Some(data)) => {
+                out.write_all(&data)
+                    .map_err(|e| RepoError::io(Path::new("-"), e))?;
+                written += data.len() as u64;
+            }
+            (zero, None) => {
+                write::write_zeros(out, zero).map_err(|e| RepoError::io(Path::new("-"), e))?;
+                written += zero;
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Restores a single file node onto `path`: a block device (written in place, zeros
+/// included) or a regular file (created or replaced, sparse). For `kura restore SNAP
+/// /dev/...` and `kura restore SNAP image.raw` of a one-file snapshot.
+///
+/// # Errors
+/// [`RepoError::Invalid`] for a node that is not a regular file (before `path` is
+/// touched); storage and verification errors; a device smaller than the content; write
+/// errors.
+pub async fn restore_file<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    path: &Path,
+) -> Result<u64> {
+    use std::os::unix::fs::FileTypeExt as _;
+    one_file(node)?;
+    let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    let f = OpenOptions::new()
+        .write(true)
+        .create(!is_device)
+        .truncate(!is_device)
+        .open(path)
+        .map_err(|e| RepoError::io(path, e))?;
+    let holes = if is_device {
+        write::Holes::WriteZeros
+    } else {
+        write::Holes::Skip
+    };
+    repo.progress.set_total(node.size.unwrap_or(0));
+    let n = write::write_file(repo, node, &f, path, holes).await?;
+    f.sync_all().map_err(|e| RepoError::io(path, e))?;
+    Ok(n)
+}

@@ -1,0 +1,209 @@
+//! Writing one file's content: a new regular file (sparse, through direct I/O when it is
+//! large), or an open file or device from its start (zeros written where it may hold old
+//! data). Never through a symlink that stands where the file goes.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+
+use super::direct;
+use super::fetch::fetch_ahead;
+use crate::error::{RepoError, Result};
+use crate::repository::Repository;
+use crate::storage::Storage;
+use crate::tree::Node;
+
+/// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
+/// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
+/// system allows it. A file whose content then fails is removed, never left with part of
+/// it; a file that could not be opened is left as it was (an in-place restore onto a file
+/// it may not write must not delete it).
+pub(super) async fn new_file<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    path: &Path,
+) -> Result<u64> {
+    let link = unlink_symlink(path)?;
+    let opened = open_new_file(node, path);
+    if opened.is_err()
+        && let Some(target) = link
+    {
+        let _ = std::os::unix::fs::symlink(target, path);
+    }
+    let written = match opened? {
+        (f, true) => write_file_direct(repo, node, f, path).await,
+        (f, false) => write_file(repo, node, &f, path, Holes::Skip).await,
+    };
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// Creates or truncates `path` for [`new_file`]: with direct I/O (`true`) for a file of
+/// `direct::DIRECT_MIN` bytes or more where the file system allows it.
+fn open_new_file(node: &Node, path: &Path) -> Result<(File, bool)> {
+    if node.size.is_some_and(|n| n >= direct::DIRECT_MIN)
+        && let Some(f) = direct::create(path).map_err(|e| RepoError::io(path, e))?
+    {
+        return Ok((f, true));
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(NO_FOLLOW)
+        .open(path)
+        .map_err(|e| RepoError::io(path, e))?;
+    Ok((f, false))
+}
+
+/// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their
+/// place, which a target could hold (or another entry of the snapshot just made, on a
+/// case-insensitive file system).
+const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
+
+/// Removes a symlink where the snapshot puts a file or a directory. Restoring into a
+/// target that has one (an in-place recovery, a second snapshot into the same directory)
+/// would otherwise write through it, outside the target: `app/conf -> /etc` and a
+/// snapshot's `app/conf/passwd`. Returns the removed link's target.
+pub(super) fn unlink_symlink(path: &Path) -> Result<Option<PathBuf>> {
+    match std::fs::read_link(path) {
+        Ok(target) => {
+            std::fs::remove_file(path).map_err(|e| RepoError::io(path, e))?;
+            Ok(Some(target))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// Writes `n` zeros: a hole's bytes where the target cannot have holes.
+pub(super) fn write_zeros(out: &mut impl Write, n: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut left = n;
+    while left > 0 {
+        let len = usize::try_from(left).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        out.write_all(&ZEROS[..len])?;
+        left -= len as u64;
+    }
+    Ok(())
+}
+
+/// Writes `n` zeros at offset `at`.
+fn write_zeros_at(file: &File, at: u64, n: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut done = 0;
+    while done < n {
+        let len = usize::try_from(n - done).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        file.write_all_at(&ZEROS[..len], at + done)?;
+        done += len as u64;
+    }
+    Ok(())
+}
+
+/// How a restore treats the zero stretches a backup did not store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Holes {
+    /// Seek over them: a new regular file gets holes (sparse).
+    Skip,
+    /// Write zeros: a block device or an existing file may hold old data there.
+    WriteZeros,
+}
+
+/// Restores one file node into an open file or device, from its start.
+pub(super) async fn write_file<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    f: &File,
+    path: &Path,
+    holes: Holes,
+) -> Result<u64> {
+    // Writes run on the blocking pool, at their offsets, one at a time in order; the
+    // runtime thread stays free to receive the chunks being fetched meanwhile.
+    let file = Arc::new(f.try_clone().map_err(|e| RepoError::io(path, e))?);
+    let write_at = |at: u64, data: Option<Bytes>, zeros: u64| {
+        let file = file.clone();
+        let path = path.to_path_buf();
+        async move {
+            tokio::task::spawn_blocking(move || match data {
+                Some(d) => file.write_all_at(&d, at),
+                None => write_zeros_at(&file, at, zeros),
+            })
+            .await
+            .map_err(|e| RepoError::task("write task", &e))?
+            .map_err(|e| RepoError::io(&path, e))
+        }
+    };
+    let mut pos = 0u64;
+    let mut fetched = fetch_ahead(repo, node);
+    while let Some(item) = fetched.next().await {
+        match item? {
+            (_, Some(data)) => {
+                let len = data.len() as u64;
+                write_at(pos, Some(data), 0).await?;
+                pos += len;
+                repo.progress.add_bytes(len);
+            }
+            (zero, None) => {
+                if holes == Holes::WriteZeros {
+                    write_at(pos, None, zero).await?;
+                }
+                pos += zero;
+                repo.progress.add_bytes(zero);
+            }
+        }
+    }
+    if holes == Holes::Skip {
+        // A trailing hole needs the length set explicitly.
+        file.set_len(pos).map_err(|e| RepoError::io(path, e))?;
+    }
+    check_length(node, pos, path)?;
+    Ok(pos)
+}
+
+/// Restores one file node into a file opened for direct I/O, holes where whole blocks
+/// are zero.
+async fn write_file_direct<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    f: File,
+    path: &Path,
+) -> Result<u64> {
+    let mut w = direct::DirectWriter::new(f);
+    let mut pos = 0u64;
+    let mut fetched = fetch_ahead(repo, node);
+    while let Some(item) = fetched.next().await {
+        let n = match item? {
+            (_, Some(data)) => {
+                w.push(&data).await.map_err(|e| RepoError::io(path, e))?;
+                data.len() as u64
+            }
+            (zero, None) => {
+                w.zeros(zero).await.map_err(|e| RepoError::io(path, e))?;
+                zero
+            }
+        };
+        pos += n;
+        repo.progress.add_bytes(n);
+    }
+    w.finish(pos).await.map_err(|e| RepoError::io(path, e))?;
+    check_length(node, pos, path)?;
+    Ok(pos)
+}
+
+/// Refuses a restored file whose length is not the one its node records.
+fn check_length(node: &Node, pos: u64, path: &Path) -> Result<()> {
+    if node.size.is_some_and(|s| s != pos) {
+        return Err(RepoError::corrupt(
+            path.display().to_string(),
+            "restored length differs from the snapshot",
+        ));
+    }
+    Ok(())
+}
