@@ -21,6 +21,7 @@
 
 pub mod config;
 pub mod credentials;
+pub mod error;
 pub mod metrics;
 pub mod server;
 pub mod upstream;

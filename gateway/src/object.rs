@@ -13,78 +13,13 @@ use kura_keys::{
 use s3s::dto::{GetObjectInput, Metadata, Range, StreamingBlob, Timestamp};
 use s3s::{S3Error, S3Result, s3_error};
 
+use crate::error::keys_error;
 use crate::gateway::Gateway;
 use crate::upstream::request;
 
 /// Metadata names (after `x-amz-meta-`) the gateway owns (SPEC 7).
 pub(crate) const META_SEALED: &str = kura_keys::SEALED_METADATA_NAME;
 pub(crate) const META_KEY: &str = "kura-key";
-
-/// A keys error as the S3 error a client gets.
-pub(crate) fn keys_error(e: &kura_keys::Error) -> S3Error {
-    use kura_keys::Error as E;
-    match e {
-        E::UnknownKeyId(id) => s3_error!(
-            InternalError,
-            "the object is encrypted under key {id}, which is not in the gateway's key file"
-        ),
-        E::WrongKey(id) => s3_error!(
-            InternalError,
-            "the key file holds a different key {id} than the object was written with"
-        ),
-        E::UnsupportedVersion(_) | E::UnsupportedCipher(_) => s3_error!(
-            InternalError,
-            "the stored object uses a format this gateway cannot read: {e}"
-        ),
-        E::RangeNotSatisfiable { size, .. } => range_not_satisfiable(*size),
-        _ => s3_error!(
-            InternalError,
-            "the stored object failed authentication: {e}"
-        ),
-    }
-}
-
-/// 416 with `Content-Range: bytes */size`, as S3 answers.
-pub(crate) fn range_not_satisfiable(size: u64) -> S3Error {
-    let mut e = s3_error!(InvalidRange, "the requested range is not satisfiable");
-    let mut h = http::HeaderMap::new();
-    if let Ok(v) = format!("bytes */{size}").parse() {
-        h.insert(http::header::CONTENT_RANGE, v);
-    }
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/xml"),
-    );
-    e.set_headers(h);
-    e
-}
-
-/// Takes the objects of a DeleteObjects batch that `check` refuses out of it, and returns
-/// them as the per-key errors of the answer, as S3 reports a key it cannot delete.
-pub(crate) fn refuse_keys(
-    objects: &mut Vec<s3s::dto::ObjectIdentifier>,
-    check: impl Fn(&str) -> S3Result<()>,
-) -> Vec<s3s::dto::Error> {
-    let mut refused = Vec::new();
-    objects.retain(|o| match check(&o.key) {
-        Ok(()) => true,
-        Err(e) => {
-            refused.push(key_error(o, &e));
-            false
-        }
-    });
-    refused
-}
-
-/// The per-key error of a DeleteObjects answer for `object`, refused with `e`.
-pub(crate) fn key_error(object: &s3s::dto::ObjectIdentifier, e: &s3s::S3Error) -> s3s::dto::Error {
-    s3s::dto::Error {
-        code: Some(e.code().as_str().to_string()),
-        key: Some(object.key.clone()),
-        message: e.message().map(str::to_string),
-        version_id: object.version_id.clone(),
-    }
-}
 
 /// Checks an object key the way S3 would before it reaches a filesystem upstream.
 pub(crate) fn check_key(key: &str) -> S3Result<()> {
@@ -187,11 +122,11 @@ pub(crate) fn metadata_header(
     let bytes = B64
         .decode(b64)
         .map_err(|_| s3_error!(InternalError, "stored object metadata is damaged"))?;
-    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let name = ObjectName::new(bucket, key).map_err(keys_error)?;
     Header::parse(&bytes)
         .and_then(|h| h.verify(&gw.keyring, &name))
         .map(Some)
-        .map_err(|e| keys_error(&e))
+        .map_err(keys_error)
 }
 
 /// The user metadata of an object, opened; the gateway's own entries removed.
@@ -248,7 +183,7 @@ pub(crate) fn open_metadata_with(
     let pairs = verified
         .secrets()
         .open_metadata(verified.header().cipher(), sealed)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     Ok(Some(pairs.into_iter().collect()))
 }
 
@@ -394,7 +329,7 @@ pub(crate) async fn try_locate(
     etag: Option<&str>,
 ) -> Result<Arc<Located>, LocateError> {
     use LocateError::{Unreadable, Upstream};
-    let format = |e: kura_keys::Error| Unreadable(keys_error(&e));
+    let format = |e: kura_keys::Error| Unreadable(keys_error(e));
     let cache_key = (
         bucket.to_string(),
         key.to_string(),
@@ -494,9 +429,9 @@ pub(crate) async fn verify_body_header(
 ) -> S3Result<(VerifiedHeader, bytes::Bytes, StreamingBlob)> {
     let blob = blob.ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     let (head, rest, blob) = crate::body::read_prefix(blob, HEADER_SIZE).await?;
-    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let name = ObjectName::new(bucket, key).map_err(keys_error)?;
     let verified = Header::parse(&head)
         .and_then(|h| h.verify(&gw.keyring, &name))
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     Ok((verified, rest, blob))
 }

@@ -23,6 +23,7 @@ use tracing::Instrument as _;
 
 use crate::config::{GatewayConfig, TlsFiles};
 use crate::credentials::Credentials;
+use crate::error::CredentialsError;
 use crate::gateway::Gateway;
 use crate::metrics::{Metrics, OperationSlot};
 use crate::upstream::{Upstream, UpstreamError, request};
@@ -65,7 +66,7 @@ pub enum ServerError {
     Domain(String),
     /// The client credentials cannot be used (empty or repeated access key, empty secret).
     #[error("client credentials: {0}")]
-    Credentials(String),
+    Credentials(CredentialsError),
 }
 
 /// A started gateway.

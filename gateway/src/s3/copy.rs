@@ -26,9 +26,10 @@ use super::lock;
 use super::multipart::{CopyFrom, complete_own, copy_parts, create_like};
 use super::own_upload::OwnUpload;
 use crate::body;
+use crate::error::keys_error;
 use crate::gateway::Gateway;
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, keys_error, locate_checked, seal_metadata,
+    META_KEY, META_SEALED, check_key, forget, locate_checked, seal_metadata,
     total_from_content_range, unlocate, verify_body_header,
 };
 use crate::upstream::request;
@@ -101,15 +102,15 @@ pub(super) async fn copy_object(
     let ciphertext_len = total_from_content_range(got.content_range.as_deref()).unwrap_or(through);
     let (verified, rest, blob) =
         verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
-    let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+    let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
     let new_header = verified
         .rewrap(&gw.keyring, &dst_name)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let cipher = verified.header().cipher();
     let secrets = verified.secrets();
     let meta_header = secrets
         .header(&gw.keyring, &dst_name, cipher, 0)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let metadata = if replace {
         seal_metadata(secrets, cipher, &meta_header, input.metadata.take())?
     } else {
@@ -322,7 +323,7 @@ pub(super) async fn upload_part_copy(
     }
     let len = end - start + 1;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let get = GetObjectInput {
         bucket: src_bucket.clone(),
         key: src_key.clone(),
@@ -355,17 +356,17 @@ pub(super) async fn upload_part_copy(
         .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     let plain = body::transform(src_blob, opener, len);
     let header = if part == 1 {
-        let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+        let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
         Some(
             secrets
                 .header(&gw.keyring, &name, cipher, len)
-                .map_err(|e| keys_error(&e))?,
+                .map_err(keys_error)?,
         )
     } else {
         None
     };
     let payload = std::sync::Arc::new(secrets.payload_key(cipher));
-    let sealer = PartSealer::new(&payload, part, header).map_err(|e| keys_error(&e))?;
+    let sealer = PartSealer::new(&payload, part, header).map_err(keys_error)?;
     let part_len = kura_keys::part_ciphertext_len(len).ok_or_else(|| s3_error!(EntityTooLarge))?
         + if part == 1 { HEADER_SIZE as u64 } else { 0 };
     let ciphertext = body::transform(plain, sealer, part_len);

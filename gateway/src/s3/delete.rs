@@ -10,8 +10,9 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use crate::error::refuse_keys;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, refuse_keys};
+use crate::object::{check_key, forget};
 use crate::upstream::request;
 
 pub(super) async fn delete_object(

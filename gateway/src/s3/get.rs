@@ -13,10 +13,11 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
+use crate::error::{keys_error, range_not_satisfiable};
 use crate::gateway::Gateway;
 use crate::object::{
-    Located, check_key, keys_error, locate_checked, locate_current, open_metadata,
-    open_metadata_of, range_not_satisfiable, unlocate, verify_body_header,
+    Located, check_key, locate_checked, locate_current, open_metadata, open_metadata_of, unlocate,
+    verify_body_header,
 };
 use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
@@ -179,7 +180,7 @@ async fn plaintext_size_of(
     upstream_etag: Option<&ETag>,
     stored: u64,
 ) -> S3Result<(u64, Option<Arc<Located>>)> {
-    match kura_keys::plaintext_size(stored).map_err(|e| keys_error(&e))? {
+    match kura_keys::plaintext_size(stored).map_err(keys_error)? {
         SizeInfo::Aligned(n) => Ok((n, None)),
         SizeInfo::Trailer => {
             let etag = upstream_etag.map(ETag::value);
@@ -319,7 +320,7 @@ async fn get_span(
     }
     let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let up = GetObjectInput {
         bucket: bucket.clone(),
         key: key.clone(),

@@ -18,8 +18,9 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use super::own_upload::OwnUpload;
 use super::put::{client_expectations, seal_body, strip_aws_chunked};
+use crate::error::keys_error;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, keys_error, seal_metadata};
+use crate::object::{check_key, forget, seal_metadata};
 use crate::upstream::request;
 use crate::{etag, upload_id};
 
@@ -37,12 +38,12 @@ pub(super) async fn create(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let mut input = req.input;
     check_key(&input.key)?;
-    let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
-    let secrets = kura_keys::ObjectSecrets::generate().map_err(|e| keys_error(&e))?;
+    let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
+    let secrets = kura_keys::ObjectSecrets::generate().map_err(keys_error)?;
     // The metadata's header copy lets HEAD open the metadata; its P is not known yet.
     let meta_header = secrets
         .header(&gw.keyring, &name, gw.cipher, 0)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let metadata = seal_metadata(&secrets, gw.cipher, &meta_header, input.metadata.take())?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let up = CreateMultipartUploadInput {
@@ -103,17 +104,17 @@ pub(super) async fn upload_part(
     let (expect, echo) = client_expectations!(input, headers, trailing_headers)?;
     let plaintext_len = expect.len;
     let header = if part == 1 {
-        let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+        let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
         Some(
             secrets
                 .header(&gw.keyring, &name, cipher, plaintext_len)
-                .map_err(|e| keys_error(&e))?,
+                .map_err(keys_error)?,
         )
     } else {
         None
     };
     let payload = Arc::new(secrets.payload_key(cipher));
-    let sealer = PartSealer::new(&payload, part, header).map_err(|e| keys_error(&e))?;
+    let sealer = PartSealer::new(&payload, part, header).map_err(keys_error)?;
     let (blob, len, failure) = seal_body(input.body.take(), sealer, expect, part == 1)?;
     let up = UploadPartInput {
         body: Some(blob),
@@ -438,10 +439,9 @@ async fn append_trailer(
     parts: &[PartInfo],
     (source_etag, source_version): (Option<ETag>, Option<String>),
 ) -> S3Result<(ETag, Option<String>)> {
-    let table = Layout::table(parts).map_err(|e| keys_error(&e))?;
+    let table = Layout::table(parts).map_err(keys_error)?;
     let body_len = table.body_len_without_trailer();
-    let trailer =
-        kura_keys::trailer::encode(payload, parts, body_len).map_err(|e| keys_error(&e))?;
+    let trailer = kura_keys::trailer::encode(payload, parts, body_len).map_err(keys_error)?;
     let head = gw
         .upstream
         .s3()

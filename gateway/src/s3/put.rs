@@ -7,8 +7,9 @@ use s3s::dto::{ETag, ETagCondition, PutObjectInput, PutObjectOutput, StreamingBl
 use s3s::{S3Request, S3Response, S3Result, TrailingHeaders, s3_error};
 
 use crate::body::{Expect, FailureSlot, VerifyingSealer};
+use crate::error::keys_error;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, keys_error, seal_metadata};
+use crate::object::{check_key, forget, seal_metadata};
 use crate::upstream::request;
 use crate::{body, etag};
 
@@ -164,15 +165,15 @@ pub(super) async fn put_object(
             "appending to an object (x-amz-write-offset-bytes) is not supported"
         ));
     }
-    let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+    let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
     let (expect, echo) = client_expectations!(input, headers, trailing_headers)?;
     let plaintext_len = expect.len;
-    let secrets = ObjectSecrets::generate().map_err(|e| keys_error(&e))?;
+    let secrets = ObjectSecrets::generate().map_err(keys_error)?;
     let header = secrets
         .header(&gw.keyring, &name, gw.cipher, 0)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let payload = Arc::new(secrets.payload_key(gw.cipher));
-    let sealer = PartSealer::new(&payload, 1, Some(header)).map_err(|e| keys_error(&e))?;
+    let sealer = PartSealer::new(&payload, 1, Some(header)).map_err(keys_error)?;
     let (blob, len, failure) = seal_body(input.body.take(), sealer, expect, true)?;
     let metadata = seal_metadata(&secrets, gw.cipher, &header, input.metadata.take())?;
     let up = PutObjectInput {

@@ -45,6 +45,7 @@ use super::local_checks::{
 use super::local_keys::{client_key, store_key, store_read_key};
 use super::local_put::{sync_part, sync_written};
 use super::request;
+use crate::error::LocalDirError;
 
 const READ_CHUNK: usize = 1 << 20;
 
@@ -68,10 +69,11 @@ impl LocalDir {
     /// Serves `root` (created by the caller).
     ///
     /// # Errors
-    /// When s3s-fs cannot open the directory.
-    pub fn new(root: &std::path::Path) -> Result<Self, String> {
-        let fs = s3s_fs::FileSystem::new(root).map_err(|e| format!("{e:?}"))?;
-        let root = root.canonicalize().map_err(|e| e.to_string())?;
+    /// [`LocalDirError`] when s3s-fs cannot open the directory.
+    pub fn new(root: &std::path::Path) -> Result<Self, LocalDirError> {
+        let fs =
+            s3s_fs::FileSystem::new(root).map_err(|e| LocalDirError::Open(format!("{e:?}")))?;
+        let root = root.canonicalize().map_err(LocalDirError::Canonicalize)?;
         Ok(Self {
             fs: std::sync::Arc::new(fs),
             root,
@@ -315,7 +317,7 @@ impl LocalDir {
         let (mut absent, mut missing) = (Vec::new(), Vec::new());
         let mut not_there = |o: ObjectIdentifier| {
             if o.e_tag.is_some() {
-                missing.push(crate::object::key_error(&o, &s3_error!(NoSuchKey)));
+                missing.push(crate::error::key_error(&o, &s3_error!(NoSuchKey)));
             } else {
                 absent.push(DeletedObject {
                     key: Some(o.key),
@@ -358,7 +360,7 @@ impl LocalDir {
                 .await
             {
                 Ok(()) => req.input.delete.objects.push(o),
-                Err(e) => refused.push(crate::object::key_error(&o, &e)),
+                Err(e) => refused.push(crate::error::key_error(&o, &e)),
             }
         }
         let mut out = if req.input.delete.objects.is_empty() {

@@ -82,7 +82,7 @@ impl Upstream {
                     message,
                 };
                 std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-                let store = LocalDir::new(dir).map_err(fail)?;
+                let store = LocalDir::new(dir).map_err(|e| fail(e.to_string()))?;
                 Ok(Self::from_s3(Arc::new(store)))
             }
             UpstreamConfig::S3 {
