@@ -31,6 +31,7 @@ mod chunk_guard;
 mod etag;
 mod gateway;
 mod host;
+mod meta;
 mod object;
 mod s3;
 mod upload_id;

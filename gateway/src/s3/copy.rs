@@ -24,13 +24,14 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 use super::get::{Conditions, client_etag_of, stored_len};
 use super::lock;
 use super::multipart::{CopyFrom, complete_own, copy_parts, create_like};
+use super::object_key::check_key;
 use super::own_upload::OwnUpload;
 use crate::body;
 use crate::error::keys_error;
 use crate::gateway::Gateway;
+use crate::meta::{META_KEY, META_SEALED, seal_metadata};
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, locate_checked, seal_metadata,
-    total_from_content_range, unlocate, verify_body_header,
+    forget, locate_checked, total_from_content_range, unlocate, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};

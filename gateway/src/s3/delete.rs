@@ -10,9 +10,10 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::object_key::check_key;
 use crate::error::refuse_keys;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget};
+use crate::object::forget;
 use crate::upstream::request;
 
 pub(super) async fn delete_object(

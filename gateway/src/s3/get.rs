@@ -13,12 +13,11 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
+use super::object_key::check_key;
 use crate::error::{keys_error, range_not_satisfiable};
-use crate::gateway::Gateway;
-use crate::object::{
-    Located, check_key, locate_checked, locate_current, open_metadata, open_metadata_of, unlocate,
-    verify_body_header,
-};
+use crate::gateway::{Gateway, Located};
+use crate::meta::{open_metadata, open_metadata_of};
+use crate::object::{locate_checked, locate_current, unlocate, verify_body_header};
 use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
 

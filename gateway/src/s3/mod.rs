@@ -13,6 +13,7 @@ mod get;
 mod list;
 mod lock;
 mod multipart;
+mod object_key;
 mod own_upload;
 mod put;
 

@@ -16,11 +16,13 @@ use kura_keys::{Layout, ObjectName, PartInfo, PartSealer, PayloadKey, SizeInfo};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
+use super::object_key::check_key;
 use super::own_upload::OwnUpload;
 use super::put::{client_expectations, seal_body, strip_aws_chunked};
 use crate::error::keys_error;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, seal_metadata};
+use crate::meta::seal_metadata;
+use crate::object::forget;
 use crate::upstream::request;
 use crate::{etag, upload_id};
 

@@ -6,10 +6,12 @@ use kura_keys::{ObjectName, ObjectSecrets, PartSealer};
 use s3s::dto::{ETag, ETagCondition, PutObjectInput, PutObjectOutput, StreamingBlob};
 use s3s::{S3Request, S3Response, S3Result, TrailingHeaders, s3_error};
 
+use super::object_key::check_key;
 use crate::body::{Expect, FailureSlot, VerifyingSealer};
 use crate::error::keys_error;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, seal_metadata};
+use crate::meta::seal_metadata;
+use crate::object::forget;
 use crate::upstream::request;
 use crate::{body, etag};
 
