@@ -23,9 +23,8 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use super::get::{Conditions, client_etag_of, stored_len};
 use super::lock;
-use super::multipart::{CopyFrom, complete_own, copy_parts, create_like};
 use super::object_key::check_key;
-use super::own_upload::OwnUpload;
+use super::own_upload::{CopyFrom, OwnUpload, complete_own, copy_parts, create_like};
 use crate::body;
 use crate::error::keys_error;
 use crate::gateway::Gateway;

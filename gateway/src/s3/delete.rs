@@ -23,7 +23,7 @@ pub(super) async fn delete_object(
     let mut input = req.input;
     check_key(&input.key)?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
-    input.if_match = super::put::upstream_condition(input.if_match.take());
+    input.if_match = super::upload::upstream_condition(input.if_match.take());
     let out = gw.upstream.s3().delete_object(request(input)).await;
     forget(gw, &bucket, &key).await;
     Ok(S3Response::new(out?.output))

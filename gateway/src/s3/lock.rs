@@ -86,7 +86,7 @@ pub(super) async fn put_locked(
         };
         return Ok(gw.upstream.s3().put_object(request(put)).await?.output);
     }
-    let create = super::multipart::create_like(&template);
+    let create = super::own_upload::create_like(&template);
     // The client's conditions hold for the write as a whole: the completion carries them.
     let conditions = (template.if_match.clone(), template.if_none_match.clone());
     let (bucket, key) = (template.bucket, template.key);
@@ -115,7 +115,7 @@ pub(super) async fn put_locked(
             number += 1;
         }
         let out =
-            super::multipart::complete_own(gw, (&bucket, &key, id), parts, conditions).await?;
+            super::own_upload::complete_own(gw, (&bucket, &key, id), parts, conditions).await?;
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,

@@ -16,6 +16,7 @@ mod multipart;
 mod object_key;
 mod own_upload;
 mod put;
+mod upload;
 
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};

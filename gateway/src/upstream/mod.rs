@@ -13,6 +13,7 @@ use aws_sdk_s3::config::{
 use s3s::{S3, S3Request};
 
 use crate::config::UpstreamConfig;
+use crate::metrics::RetryTally;
 
 mod counted;
 mod key_locks;
@@ -28,7 +29,6 @@ mod timeouts;
 
 pub use local::LocalDir;
 pub(crate) use resume::{Origin, resuming};
-pub(crate) use retries::RetryTally;
 
 /// The upstream store.
 #[derive(Clone)]
