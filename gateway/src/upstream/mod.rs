@@ -1,6 +1,6 @@
 //! The store behind the gateway. Both kinds sit behind s3s's `S3` trait, so every
 //! operation is written once: an S3 service reached with aws-sdk-s3 (`s3s_aws::Proxy`), or
-//! a local directory served in-process (the embedded default, `local.rs`: no HTTP hop, and
+//! a local directory served in-process (the embedded default, `local/`: no HTTP hop, and
 //! reads large enough that the upstream is not the bottleneck of a quickstart).
 
 use std::sync::Arc;
@@ -16,12 +16,7 @@ use crate::config::UpstreamConfig;
 use crate::metrics::RetryTally;
 
 mod counted;
-mod key_locks;
 mod local;
-mod local_checks;
-mod local_keys;
-mod local_list;
-mod local_put;
 mod resume;
 mod retries;
 mod stall;
