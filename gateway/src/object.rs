@@ -57,6 +57,14 @@ async fn collect(blob: Option<StreamingBlob>, limit: usize) -> S3Result<Vec<u8>>
     Ok(out)
 }
 
+/// The stored (ciphertext) length an upstream reported.
+pub(crate) fn stored_len(content_length: Option<i64>) -> S3Result<u64> {
+    content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))
+}
+
+/// The total size a `Content-Range` answer names (`bytes a-b/total`).
 pub(crate) fn total_from_content_range(cr: Option<&str>) -> Option<u64> {
     cr?.rsplit_once('/')?.1.parse().ok()
 }

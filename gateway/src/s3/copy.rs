@@ -21,16 +21,16 @@ use kura_keys::{ObjectName, PartSealer, RangeOpener};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use super::get::{Conditions, client_etag_of, stored_len};
-use super::lock;
+use super::conditions::{Conditions, client_etag_of};
 use super::object_key::check_key;
+use super::object_lock;
 use super::own_upload::{CopyFrom, OwnUpload, complete_own, copy_parts, create_like};
 use crate::body;
 use crate::error::keys_error;
 use crate::gateway::Gateway;
 use crate::meta::{META_KEY, META_SEALED, seal_metadata};
 use crate::object::{
-    forget, locate_checked, total_from_content_range, unlocate, verify_body_header,
+    forget, locate_checked, stored_len, total_from_content_range, unlocate, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
@@ -39,8 +39,8 @@ use crate::{etag, upload_id};
 /// here go up as one PUT, or as the first part of a multipart upload whose other parts the
 /// upstream copies. 8 MiB: above the 5 MiB minimum part of S3 and B2.
 const THROUGH_GATEWAY: u64 = 8 << 20;
-// A locked copy buffers its first part to send its MD5 (lock.rs), one part at most.
-const _: () = assert!(THROUGH_GATEWAY <= lock::PART as u64);
+// A locked copy buffers its first part to send its MD5 (object_lock.rs), one part at most.
+const _: () = assert!(THROUGH_GATEWAY <= object_lock::PART as u64);
 
 fn source(cs: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match cs {
@@ -204,10 +204,10 @@ async fn store_copy(
     (through, total): (u64, u64),
     from: &CopyFrom<'_>,
 ) -> S3Result<(Option<ETag>, Option<String>)> {
-    let locked = lock::is_locked(&put);
+    let locked = object_lock::has_object_lock(&put);
     if total <= through {
         let out = if locked {
-            lock::put_locked(gw, put, first, through).await?
+            object_lock::put_with_object_lock(gw, put, first, through).await?
         } else {
             let put = PutObjectInput {
                 body: Some(first),
@@ -223,9 +223,12 @@ async fn store_copy(
     let id = upload.id();
     let result = async {
         let (content_md5, body) = if locked {
-            // Object Lock wants the MD5 of what is stored (lock.rs): one bounded buffer.
-            let body = lock::read_all(first, through).await?;
-            (Some(lock::md5_b64(&body)), s3s::Body::from(body).into())
+            // Object Lock wants the MD5 of what is stored (object_lock.rs): one bounded buffer.
+            let body = object_lock::read_all(first, through).await?;
+            (
+                Some(object_lock::md5_b64(&body)),
+                s3s::Body::from(body).into(),
+            )
         } else {
             (None, first)
         };

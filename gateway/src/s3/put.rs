@@ -60,13 +60,13 @@ pub(super) async fn put_object(
         ..input
     };
     let (bucket, key) = (up.bucket.clone(), up.key.clone());
-    let result = if super::lock::is_locked(&up) {
+    let result = if super::object_lock::has_object_lock(&up) {
         let mut up = up;
         let blob = up
             .body
             .take()
             .ok_or_else(|| s3_error!(InternalError, "no body"))?;
-        super::lock::put_locked(gw, up, blob, len)
+        super::object_lock::put_with_object_lock(gw, up, blob, len)
             .await
             .map(S3Response::new)
     } else {

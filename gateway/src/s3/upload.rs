@@ -1,8 +1,10 @@
 //! What the writes that carry a client's body share (PutObject, UploadPart, and the
 //! locked PutObject): reading what the client declared about its body, sealing it on its
-//! way up, and translating the headers that must not reach the upstream as they are.
+//! way up, translating the headers that must not reach the upstream as they are, and the
+//! plaintext length a stored part holds.
 
-use kura_keys::PartSealer;
+use kura_keys::format::HEADER_SIZE;
+use kura_keys::{PartSealer, SizeInfo};
 use s3s::dto::{ETag, ETagCondition, StreamingBlob};
 use s3s::{S3Result, TrailingHeaders, s3_error};
 
@@ -150,4 +152,22 @@ pub(super) fn strip_aws_chunked(v: &str) -> Option<String> {
         .filter(|e| !e.eq_ignore_ascii_case("aws-chunked") && !e.is_empty())
         .collect();
     (!rest.is_empty()).then(|| rest.join(","))
+}
+
+/// Plaintext length of a stored part from its stored size (part 1 holds the header).
+pub(super) fn part_plaintext_len(number: u32, stored: i64) -> S3Result<u64> {
+    let stored =
+        u64::try_from(stored).map_err(|_| s3_error!(InternalError, "negative part size"))?;
+    let body = if number == 1 {
+        stored
+    } else {
+        stored + HEADER_SIZE as u64
+    };
+    match kura_keys::plaintext_size(body) {
+        Ok(SizeInfo::Aligned(n)) => Ok(n),
+        _ => Err(s3_error!(
+            InvalidPart,
+            "part {number} was not uploaded through this gateway"
+        )),
+    }
 }
