@@ -87,8 +87,8 @@ pub(crate) fn key_error(object: &s3s::dto::ObjectIdentifier, e: &S3Error) -> s3s
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocalDirError {
-    /// s3s-fs refused the directory; the message is its error, debug-formatted (s3s-fs's
-    /// `Display` drops the cause).
+    /// s3s-fs refused the directory; the message is its error as its `Debug` writes it,
+    /// the text `LocalDir::new` has always given.
     #[error("{0}")]
     Open(String),
     /// The directory's canonical path could not be found.
