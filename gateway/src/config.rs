@@ -10,6 +10,8 @@ use std::time::Duration;
 use kura_keys::{Cipher, Keyring};
 use serde::Deserialize;
 
+use crate::error::SecretError;
+
 /// A secret given inline, in a file, or in an environment variable.
 #[derive(Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -47,8 +49,10 @@ impl SecretSource {
     /// Resolves the secret, from exactly one of the three places.
     ///
     /// # Errors
-    /// A message when none or several are given, or the file or variable is missing.
-    pub fn resolve(&self, what: &str) -> Result<String, String> {
+    /// [`SecretError`] when none or several are given, the file or variable is missing, or
+    /// the secret is empty.
+    pub fn resolve(&self, what: &str) -> Result<String, SecretError> {
+        let what = || what.to_string();
         let secret = match (
             &self.secret_access_key,
             &self.secret_access_key_file,
@@ -57,18 +61,20 @@ impl SecretSource {
             (Some(s), None, None) => Ok(s.clone()),
             (None, Some(path), None) => std::fs::read_to_string(path)
                 .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|e| format!("{what}: reading {}: {e}", path.display())),
-            (None, None, Some(var)) => std::env::var(var)
-                .map_err(|_| format!("{what}: environment variable {var} is not set")),
-            (None, None, None) => Err(format!(
-                "{what}: no secret (give secret_access_key, _file or _env)"
-            )),
-            _ => Err(format!(
-                "{what}: give only one of secret_access_key, _file and _env"
-            )),
+                .map_err(|error| SecretError::Read {
+                    what: what(),
+                    path: path.clone(),
+                    error,
+                }),
+            (None, None, Some(var)) => std::env::var(var).map_err(|_| SecretError::Unset {
+                what: what(),
+                var: var.clone(),
+            }),
+            (None, None, None) => Err(SecretError::Missing { what: what() }),
+            _ => Err(SecretError::Several { what: what() }),
         }?;
         if secret.is_empty() {
-            return Err(format!("{what}: the secret is empty"));
+            return Err(SecretError::Empty { what: what() });
         }
         Ok(secret)
     }
@@ -297,6 +303,12 @@ mod tests {
             secret_access_key: Some(String::new()),
             ..SecretSource::default()
         };
-        assert!(source.resolve("test").unwrap_err().contains("empty"));
+        assert!(
+            source
+                .resolve("test")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
     }
 }

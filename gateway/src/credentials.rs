@@ -11,6 +11,7 @@ use s3s::dto::{CopyObjectInput, CopySource, UploadPartCopyInput};
 use s3s::{S3Request, S3Result, s3_error};
 
 use crate::config::{BucketScope, ClientCredential};
+use crate::error::CredentialsError;
 
 /// The client credentials, shared by the auth and access checks.
 #[derive(Clone)]
@@ -25,26 +26,24 @@ impl Credentials {
     /// Indexes the configured credentials by access key.
     ///
     /// # Errors
-    /// A message naming the access key (never a secret) when an access key ID is empty or
-    /// given twice (one entry would silently widen or narrow the other's buckets), or its
-    /// secret is empty (anyone who knows the ID could sign).
-    pub fn new(list: Vec<ClientCredential>) -> Result<Self, String> {
+    /// [`CredentialsError`], naming the access key (never a secret), when an access key ID
+    /// is empty or given twice (one entry would silently widen or narrow the other's
+    /// buckets), or its secret is empty (anyone who knows the ID could sign).
+    pub fn new(list: Vec<ClientCredential>) -> Result<Self, CredentialsError> {
         let mut keys = HashMap::with_capacity(list.len());
         for c in list {
             if c.access_key.is_empty() {
-                return Err("a client credential has an empty access key ID".into());
+                return Err(CredentialsError::EmptyAccessKey);
             }
             if c.secret.expose().is_empty() {
-                return Err(format!(
-                    "client credential {} has an empty secret",
-                    c.access_key
-                ));
+                return Err(CredentialsError::EmptySecret {
+                    access_key: c.access_key,
+                });
             }
             if keys.contains_key(&c.access_key) {
-                return Err(format!(
-                    "client access key ID {} is given more than once",
-                    c.access_key
-                ));
+                return Err(CredentialsError::Repeated {
+                    access_key: c.access_key,
+                });
             }
             keys.insert(c.access_key.clone(), c);
         }

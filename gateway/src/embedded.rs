@@ -13,7 +13,8 @@ use kura_keys::keyfile::{Existing, write_private};
 use kura_keys::{Cipher, Keyring};
 
 use crate::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
-use crate::server::{Running, ServerError};
+use crate::error::EmbeddedError;
+use crate::server::Running;
 
 /// Where the ciphertext lives under the directory: one folder per bucket.
 const OBJECTS_DIR: &str = "objects";
@@ -21,60 +22,6 @@ const OBJECTS_DIR: &str = "objects";
 const KEY_FILE: &str = "kura-keys.toml";
 /// The client credential generated on first start when none was configured.
 const CREDENTIALS_FILE: &str = "credentials.toml";
-
-/// What went wrong while preparing the embedded default or starting a gateway in-process.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EmbeddedError {
-    /// A file or directory of the layout could not be made, read or written.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done: "creating", "reading", "writing".
-        what: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A key file the operator named is not there. Starting with a fresh key instead would
-    /// store data that the key they meant cannot open.
-    #[error(
-        "key file {} does not exist: create it with `kura keys generate --out {}`, or leave --key-file out to use (or generate) {}",
-        named.display(), named.display(), default.display()
-    )]
-    MissingKeyFile {
-        /// The key file named.
-        named: PathBuf,
-        /// The key file the embedded default would use (or generate) instead.
-        default: PathBuf,
-    },
-    /// The stored credentials file is not what this file writes.
-    #[error("parsing {}: {reason}", path.display())]
-    BadCredentials {
-        /// The credentials file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A key could not be generated or written.
-    #[error("{what} {}: {source}", path.display())]
-    Keys {
-        /// What was being done.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: kura_keys::Error,
-    },
-    /// The system's random generator failed.
-    #[error("drawing a random credential: {0}")]
-    Random(#[source] kura_keys::Error),
-    /// The in-process gateway did not start.
-    #[error("starting the in-process gateway: {0}")]
-    Start(#[source] ServerError),
-}
 
 /// The embedded default's directory and the files in it.
 #[derive(Clone, Debug)]
@@ -139,10 +86,10 @@ impl EmbeddedDir {
     /// key errors otherwise.
     pub fn prepare(&self, named: Option<&Path>) -> Result<(PathBuf, bool), EmbeddedError> {
         let objects = self.objects_dir();
-        std::fs::create_dir_all(&objects).map_err(|source| EmbeddedError::Io {
+        std::fs::create_dir_all(&objects).map_err(|error| EmbeddedError::Io {
             what: "creating",
             path: objects.clone(),
-            source,
+            error,
         })?;
         if let Some(path) = named {
             if !path.exists() {
@@ -159,7 +106,7 @@ impl EmbeddedDir {
         }
         let keys_error = |what| {
             let path = path.clone();
-            move |source| EmbeddedError::Keys { what, path, source }
+            move |error| EmbeddedError::Keys { what, path, error }
         };
         let keyring = Keyring::generate(kura_keys::keyfile::timestamp_now())
             .map_err(keys_error("generating a key for"))?;
@@ -186,18 +133,18 @@ impl EmbeddedDir {
                 path: path.clone(),
                 reason: e.to_string(),
             })?;
-            write_private(&path, text.as_bytes(), Existing::Refuse).map_err(|source| {
+            write_private(&path, text.as_bytes(), Existing::Refuse).map_err(|error| {
                 EmbeddedError::Keys {
                     what: "writing",
                     path: path.clone(),
-                    source,
+                    error,
                 }
             })?;
         }
-        let text = std::fs::read_to_string(&path).map_err(|source| EmbeddedError::Io {
+        let text = std::fs::read_to_string(&path).map_err(|error| EmbeddedError::Io {
             what: "reading",
             path: path.clone(),
-            source,
+            error,
         })?;
         let stored: CredentialsToml =
             toml::from_str(&text).map_err(|e| EmbeddedError::BadCredentials {

@@ -1,14 +1,32 @@
-//! The gateway's state: the upstream, the keys, and a cache of verified object headers.
+//! The gateway's state: the upstream, the keys, and a cache of verified object headers
+//! (what it holds, [`Located`]; `object.rs` fills it).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kura_keys::{Cipher, Keyring};
+use kura_keys::{Cipher, Keyring, Layout, PayloadKey};
+use s3s::dto::Timestamp;
 
 use crate::credentials::Credentials;
 use crate::metrics::Metrics;
-use crate::object::Located;
 use crate::upstream::Upstream;
+
+/// An object whose header verified, with the keys and layout to read any byte of it.
+pub(crate) struct Located {
+    pub(crate) key: Arc<PayloadKey>,
+    /// The object's `COMMITMENT` (SPEC 3), which its metadata's header copy must share.
+    pub(crate) commitment: [u8; kura_keys::format::KEY_SIZE],
+    pub(crate) layout: Layout,
+    pub(crate) upstream_etag: Option<String>,
+    pub(crate) last_modified: Option<Timestamp>,
+}
+
+impl Located {
+    /// The plaintext size.
+    pub(crate) fn size(&self) -> u64 {
+        self.layout.size()
+    }
+}
 
 /// Cache key of a located object: bucket, key, version.
 pub(crate) type ObjectKey = (String, String, Option<String>);

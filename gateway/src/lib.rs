@@ -8,14 +8,25 @@
 //! - [`config`]: the checked configuration, and the TOML file it can come from.
 //! - [`credentials`]: client access keys (s3s `S3Auth`) and which buckets each may use
 //!   (`S3Access`).
+//! - [`error`]: how internal failures reach S3 clients (`keys_error`, 416, DeleteObjects'
+//!   per-key errors), and the typed errors of the public constructors.
 //! - [`upstream`]: the store behind the gateway: an S3 service through aws-sdk-s3, or a local
-//!   directory served in-process (the embedded default), both behind s3s's `S3` trait.
-//! - `s3`: `impl S3` for [`Gateway`], thin, with one file per operation family.
-//! - `body`, `object`, `etag`, `upload_id`: the pieces those operations share.
+//!   directory served in-process (the embedded default, `upstream/local/`), both behind
+//!   s3s's `S3` trait.
+//! - `s3`: `impl S3` for [`Gateway`], thin, with one file per operation family
+//!   (`put`, `get`, `copy`, `delete`, `list`, `multipart`, `complete`, `bucket`) over the
+//!   helpers they share (`upload`, `own_upload`, `object_lock`, `conditions`,
+//!   `object_key`), none of which imports an operation file.
+//! - `gateway`: the state every operation reads, with the cache of located objects;
+//!   `object`: locating an object (its verified header and layout) through that cache;
+//!   `meta`: sealed user metadata; `body`, `etag`, `upload_id`: the other pieces the
+//!   operations share.
+//! - [`metrics`]: Prometheus metrics, with the tally of the upstream client's retries.
 //! - [`embedded`]: the embedded default's directory (a recovery contract), and the
 //!   in-process gateway that repository commands start on loopback.
-//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown;
-//!   `chunk_guard` bounds aws-chunked chunks before s3s buffers them.
+//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown
+//!   (`server/route.rs`, `admin.rs`, `tls.rs`, `listen.rs`); `chunk_guard` bounds
+//!   aws-chunked chunks before s3s buffers them.
 //!
 //! Nothing lives outside the upstream and the key file: the object header travels in the
 //! body, user metadata is sealed into object metadata, and a multipart upload's secrets
@@ -24,6 +35,7 @@
 pub mod config;
 pub mod credentials;
 pub mod embedded;
+pub mod error;
 pub mod metrics;
 pub mod server;
 pub mod upstream;
@@ -33,6 +45,7 @@ mod chunk_guard;
 mod etag;
 mod gateway;
 mod host;
+mod meta;
 mod object;
 mod s3;
 mod upload_id;

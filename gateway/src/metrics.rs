@@ -1,7 +1,8 @@
 //! Prometheus metrics, rendered by hand in the text exposition format: requests by S3
 //! operation and status, latency histograms by operation, operations and their errors,
 //! plaintext bytes in and out, upstream requests, upstream errors and the upstream client's
-//! retries.
+//! retries. The retry tally is kept here, and the upstream's interceptor fills it, so that
+//! the upstream depends on the metrics and not the other way round.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,9 +28,28 @@ struct Inner {
     operation_errors: BTreeMap<(String, String), u64>,
     upstream_requests: BTreeMap<String, u64>,
     upstream_errors: BTreeMap<(String, String), u64>,
-    upstream_retries: Option<crate::upstream::RetryTally>,
+    upstream_retries: Option<RetryTally>,
     bytes_in: u64,
     bytes_out: u64,
+}
+
+/// Retries by operation name, shared by the upstream's interceptor and the metrics.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct RetryTally(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl RetryTally {
+    /// Counts one retry of `op`.
+    pub(crate) fn add(&self, op: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(op.to_string()).or_default() += 1;
+        }
+    }
+
+    /// The counts so far, by operation name.
+    #[must_use]
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
 }
 
 /// Where the S3 handler writes the name of the operation a request turned out to be, for the
@@ -107,7 +127,7 @@ impl Metrics {
     }
 
     /// Reports the retries `tally` counts (the upstream client's own interceptor fills it).
-    pub(crate) fn upstream_retries_from(&self, tally: crate::upstream::RetryTally) {
+    pub(crate) fn upstream_retries_from(&self, tally: RetryTally) {
         self.with(|m| m.upstream_retries = Some(tally));
     }
 
@@ -207,7 +227,7 @@ impl Metrics {
         for (op, n) in m
             .upstream_retries
             .as_ref()
-            .map(crate::upstream::RetryTally::snapshot)
+            .map(RetryTally::snapshot)
             .unwrap_or_default()
         {
             let _ = writeln!(out, "kura_upstream_retries_total{{operation=\"{op}\"}} {n}");

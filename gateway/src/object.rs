@@ -1,256 +1,18 @@
-//! What the gateway knows about a stored object: its verified header and layout
-//! (`Located`), the plaintext sizes of listed objects, and its sealed user metadata.
+//! Locating a stored object: its header read and verified, its layout found (from its size,
+//! or its trailer), and both kept in the gateway's cache of [`Located`] objects, checked
+//! against the upstream ETag on use and forgotten after a write through this gateway.
 
 use std::sync::Arc;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use futures::StreamExt as _;
 use kura_keys::format::HEADER_SIZE;
-use kura_keys::{
-    Cipher, Header, Layout, ObjectName, ObjectSecrets, PayloadKey, SizeInfo, VerifiedHeader,
-};
-use s3s::dto::{GetObjectInput, Metadata, Range, StreamingBlob, Timestamp};
+use kura_keys::{Header, Layout, ObjectName, SizeInfo, VerifiedHeader};
+use s3s::dto::{GetObjectInput, Range, StreamingBlob};
 use s3s::{S3Error, S3Result, s3_error};
 
-use crate::gateway::Gateway;
+use crate::error::keys_error;
+use crate::gateway::{Gateway, Located};
 use crate::upstream::request;
-
-/// Metadata names (after `x-amz-meta-`) the gateway owns (SPEC 7).
-pub(crate) const META_SEALED: &str = kura_keys::SEALED_METADATA_NAME;
-pub(crate) const META_KEY: &str = "kura-key";
-
-/// A keys error as the S3 error a client gets.
-pub(crate) fn keys_error(e: &kura_keys::Error) -> S3Error {
-    use kura_keys::Error as E;
-    match e {
-        E::UnknownKeyId(id) => s3_error!(
-            InternalError,
-            "the object is encrypted under key {id}, which is not in the gateway's key file"
-        ),
-        E::WrongKey(id) => s3_error!(
-            InternalError,
-            "the key file holds a different key {id} than the object was written with"
-        ),
-        E::UnsupportedVersion(_) | E::UnsupportedCipher(_) => s3_error!(
-            InternalError,
-            "the stored object uses a format this gateway cannot read: {e}"
-        ),
-        E::RangeNotSatisfiable { size, .. } => range_not_satisfiable(*size),
-        _ => s3_error!(
-            InternalError,
-            "the stored object failed authentication: {e}"
-        ),
-    }
-}
-
-/// 416 with `Content-Range: bytes */size`, as S3 answers.
-pub(crate) fn range_not_satisfiable(size: u64) -> S3Error {
-    let mut e = s3_error!(InvalidRange, "the requested range is not satisfiable");
-    let mut h = http::HeaderMap::new();
-    if let Ok(v) = format!("bytes */{size}").parse() {
-        h.insert(http::header::CONTENT_RANGE, v);
-    }
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/xml"),
-    );
-    e.set_headers(h);
-    e
-}
-
-/// Takes the objects of a DeleteObjects batch that `check` refuses out of it, and returns
-/// them as the per-key errors of the answer, as S3 reports a key it cannot delete.
-pub(crate) fn refuse_keys(
-    objects: &mut Vec<s3s::dto::ObjectIdentifier>,
-    check: impl Fn(&str) -> S3Result<()>,
-) -> Vec<s3s::dto::Error> {
-    let mut refused = Vec::new();
-    objects.retain(|o| match check(&o.key) {
-        Ok(()) => true,
-        Err(e) => {
-            refused.push(key_error(o, &e));
-            false
-        }
-    });
-    refused
-}
-
-/// The per-key error of a DeleteObjects answer for `object`, refused with `e`.
-pub(crate) fn key_error(object: &s3s::dto::ObjectIdentifier, e: &s3s::S3Error) -> s3s::dto::Error {
-    s3s::dto::Error {
-        code: Some(e.code().as_str().to_string()),
-        key: Some(object.key.clone()),
-        message: e.message().map(str::to_string),
-        version_id: object.version_id.clone(),
-    }
-}
-
-/// Checks an object key the way S3 would before it reaches a filesystem upstream.
-pub(crate) fn check_key(key: &str) -> S3Result<()> {
-    if key.is_empty() || key.len() > 1024 {
-        return Err(s3_error!(
-            KeyTooLongError,
-            "object keys are 1 to 1024 bytes"
-        ));
-    }
-    if key.split('/').any(|seg| seg == ".." || seg == ".") || key.starts_with('/') {
-        // s3s-fs maps keys to paths; `..` would reach other buckets and its sidecar files.
-        return Err(s3_error!(
-            InvalidArgument,
-            "object keys with `.` or `..` segments are not accepted"
-        ));
-    }
-    Ok(())
-}
-
-/// What a listed object's stored size says about its plaintext size (SPEC 6.1).
-pub(crate) enum ListedSize {
-    /// The size alone tells: this many bytes, if the object is kura's.
-    Known(i64),
-    /// Only the object's trailer tells.
-    InTrailer,
-    /// Too short for any kura object: another writer's, listed as stored.
-    Foreign,
-}
-
-pub(crate) fn listed_size(ciphertext_len: i64) -> ListedSize {
-    let info = u64::try_from(ciphertext_len)
-        .ok()
-        .map(kura_keys::plaintext_size);
-    match info {
-        Some(Ok(SizeInfo::Aligned(n))) => {
-            i64::try_from(n).map_or(ListedSize::Foreign, ListedSize::Known)
-        }
-        Some(Ok(SizeInfo::Trailer)) => ListedSize::InTrailer,
-        _ => ListedSize::Foreign,
-    }
-}
-
-/// An object whose header verified, with the keys and layout to read any byte of it.
-pub(crate) struct Located {
-    pub(crate) key: Arc<PayloadKey>,
-    /// The object's `COMMITMENT` (SPEC 3), which its metadata's header copy must share.
-    pub(crate) commitment: [u8; kura_keys::format::KEY_SIZE],
-    pub(crate) layout: Layout,
-    pub(crate) upstream_etag: Option<String>,
-    pub(crate) last_modified: Option<Timestamp>,
-}
-
-impl Located {
-    /// The plaintext size.
-    pub(crate) fn size(&self) -> u64 {
-        self.layout.size()
-    }
-}
-
-/// Seals user metadata for an object with `secrets`, adding the header copy that lets a
-/// HEAD open it without reading the body. `cipher` must be the one `header` names: readers
-/// open the metadata with the header copy's cipher, and a copy keeps its source's cipher
-/// whatever the gateway now seals new objects with.
-pub(crate) fn seal_metadata(
-    secrets: &ObjectSecrets,
-    cipher: Cipher,
-    header: &[u8; HEADER_SIZE],
-    user: Option<Metadata>,
-) -> S3Result<Metadata> {
-    let mut out = Metadata::new();
-    let pairs: Vec<(String, String)> = user
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(k, _)| !is_reserved(k))
-        .collect();
-    if !pairs.is_empty() {
-        let sealed = secrets
-            .seal_metadata(cipher, &pairs)
-            .map_err(|e| s3_error!(InvalidArgument, "metadata: {e}"))?;
-        out.insert(META_SEALED.into(), sealed);
-    }
-    out.insert(META_KEY.into(), B64.encode(header));
-    Ok(out)
-}
-
-fn is_reserved(name: &str) -> bool {
-    name.eq_ignore_ascii_case(META_SEALED) || name.eq_ignore_ascii_case(META_KEY)
-}
-
-/// Verifies the header copy in an object's metadata.
-pub(crate) fn metadata_header(
-    gw: &Gateway,
-    bucket: &str,
-    key: &str,
-    meta: Option<&Metadata>,
-) -> S3Result<Option<VerifiedHeader>> {
-    let Some(b64) = meta.and_then(|m| m.get(META_KEY)) else {
-        return Ok(None);
-    };
-    let bytes = B64
-        .decode(b64)
-        .map_err(|_| s3_error!(InternalError, "stored object metadata is damaged"))?;
-    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
-    Header::parse(&bytes)
-        .and_then(|h| h.verify(&gw.keyring, &name))
-        .map(Some)
-        .map_err(|e| keys_error(&e))
-}
-
-/// The user metadata of an object, opened; the gateway's own entries removed.
-pub(crate) fn open_metadata(
-    gw: &Gateway,
-    bucket: &str,
-    key: &str,
-    meta: Option<Metadata>,
-) -> S3Result<Option<Metadata>> {
-    let sealed = meta.as_ref().is_some_and(|m| m.contains_key(META_SEALED));
-    let verified = if sealed {
-        metadata_header(gw, bucket, key, meta.as_ref())?
-    } else {
-        None
-    };
-    open_metadata_with(verified.as_ref(), meta)
-}
-
-/// [`open_metadata`] for a read whose body belongs to the object with `commitment`: the
-/// metadata's header copy must wrap the same data key (SPEC 7), or it was swapped in from
-/// another object (or another version of this one).
-pub(crate) fn open_metadata_of(
-    gw: &Gateway,
-    (bucket, key): (&str, &str),
-    meta: Option<Metadata>,
-    commitment: &[u8; kura_keys::format::KEY_SIZE],
-) -> S3Result<Option<Metadata>> {
-    let meta_header = metadata_header(gw, bucket, key, meta.as_ref())?;
-    if meta_header
-        .as_ref()
-        .is_some_and(|m| m.secrets().commitment() != *commitment)
-    {
-        return Err(s3_error!(
-            InternalError,
-            "the stored object's metadata belongs to another object"
-        ));
-    }
-    open_metadata_with(meta_header.as_ref(), meta)
-}
-
-/// [`open_metadata`] with the metadata's header copy already verified (by
-/// [`metadata_header`]), so that a caller that checked it need not verify it again.
-pub(crate) fn open_metadata_with(
-    verified: Option<&VerifiedHeader>,
-    meta: Option<Metadata>,
-) -> S3Result<Option<Metadata>> {
-    let Some(meta) = meta else { return Ok(None) };
-    let Some(sealed) = meta.get(META_SEALED) else {
-        let rest: Metadata = meta.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        return Ok((!rest.is_empty()).then_some(rest));
-    };
-    let verified = verified
-        .ok_or_else(|| s3_error!(InternalError, "sealed metadata without its key header"))?;
-    let pairs = verified
-        .secrets()
-        .open_metadata(verified.header().cipher(), sealed)
-        .map_err(|e| keys_error(&e))?;
-    Ok(Some(pairs.into_iter().collect()))
-}
 
 async fn get_range(
     gw: &Gateway,
@@ -295,6 +57,14 @@ async fn collect(blob: Option<StreamingBlob>, limit: usize) -> S3Result<Vec<u8>>
     Ok(out)
 }
 
+/// The stored (ciphertext) length an upstream reported.
+pub(crate) fn stored_len(content_length: Option<i64>) -> S3Result<u64> {
+    content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))
+}
+
+/// The total size a `Content-Range` answer names (`bytes a-b/total`).
 pub(crate) fn total_from_content_range(cr: Option<&str>) -> Option<u64> {
     cr?.rsplit_once('/')?.1.parse().ok()
 }
@@ -394,7 +164,7 @@ pub(crate) async fn try_locate(
     etag: Option<&str>,
 ) -> Result<Arc<Located>, LocateError> {
     use LocateError::{Unreadable, Upstream};
-    let format = |e: kura_keys::Error| Unreadable(keys_error(&e));
+    let format = |e: kura_keys::Error| Unreadable(keys_error(e));
     let cache_key = (
         bucket.to_string(),
         key.to_string(),
@@ -494,9 +264,9 @@ pub(crate) async fn verify_body_header(
 ) -> S3Result<(VerifiedHeader, bytes::Bytes, StreamingBlob)> {
     let blob = blob.ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     let (head, rest, blob) = crate::body::read_prefix(blob, HEADER_SIZE).await?;
-    let name = ObjectName::new(bucket, key).map_err(|e| keys_error(&e))?;
+    let name = ObjectName::new(bucket, key).map_err(keys_error)?;
     let verified = Header::parse(&head)
         .and_then(|h| h.verify(&gw.keyring, &name))
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     Ok((verified, rest, blob))
 }

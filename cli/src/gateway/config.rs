@@ -48,8 +48,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
     for c in &file.credentials {
         let secret = c
             .secret
-            .resolve(&format!("credential {}", c.access_key_id))
-            .map_err(anyhow::Error::msg)?;
+            .resolve(&format!("credential {}", c.access_key_id))?;
         credentials.push(ClientCredential {
             access_key: c.access_key_id.clone(),
             secret: secret.into(),
@@ -132,13 +131,7 @@ fn upstream_and_keyring(
             .or(file.upstream.region.clone())
             .unwrap_or_else(|| "us-east-1".into());
         let static_creds = match &file.upstream.access_key_id {
-            Some(ak) => Some((
-                ak.clone(),
-                file.upstream
-                    .secret
-                    .resolve("upstream")
-                    .map_err(anyhow::Error::msg)?,
-            )),
+            Some(ak) => Some((ak.clone(), file.upstream.secret.resolve("upstream")?)),
             // Dropping the secret would fall back to the AWS chain, which may find another
             // identity (a node's instance role): say so instead.
             None if file.upstream.secret.is_given() => {

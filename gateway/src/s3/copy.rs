@@ -21,15 +21,16 @@ use kura_keys::{ObjectName, PartSealer, RangeOpener};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use super::get::{Conditions, client_etag_of, stored_len};
-use super::lock;
-use super::multipart::{CopyFrom, complete_own, copy_parts, create_like};
-use super::own_upload::OwnUpload;
+use super::conditions::{Conditions, client_etag_of};
+use super::object_key::check_key;
+use super::object_lock;
+use super::own_upload::{CopyFrom, OwnUpload, complete_own, copy_parts, create_like};
 use crate::body;
+use crate::error::keys_error;
 use crate::gateway::Gateway;
+use crate::meta::{META_KEY, META_SEALED, seal_metadata};
 use crate::object::{
-    META_KEY, META_SEALED, check_key, forget, keys_error, locate_checked, seal_metadata,
-    total_from_content_range, unlocate, verify_body_header,
+    forget, locate_checked, stored_len, total_from_content_range, unlocate, verify_body_header,
 };
 use crate::upstream::request;
 use crate::{etag, upload_id};
@@ -38,8 +39,8 @@ use crate::{etag, upload_id};
 /// here go up as one PUT, or as the first part of a multipart upload whose other parts the
 /// upstream copies. 8 MiB: above the 5 MiB minimum part of S3 and B2.
 const THROUGH_GATEWAY: u64 = 8 << 20;
-// A locked copy buffers its first part to send its MD5 (lock.rs), one part at most.
-const _: () = assert!(THROUGH_GATEWAY <= lock::PART as u64);
+// A locked copy buffers its first part to send its MD5 (object_lock.rs), one part at most.
+const _: () = assert!(THROUGH_GATEWAY <= object_lock::PART as u64);
 
 fn source(cs: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match cs {
@@ -101,15 +102,15 @@ pub(super) async fn copy_object(
     let ciphertext_len = total_from_content_range(got.content_range.as_deref()).unwrap_or(through);
     let (verified, rest, blob) =
         verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
-    let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+    let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
     let new_header = verified
         .rewrap(&gw.keyring, &dst_name)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let cipher = verified.header().cipher();
     let secrets = verified.secrets();
     let meta_header = secrets
         .header(&gw.keyring, &dst_name, cipher, 0)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let metadata = if replace {
         seal_metadata(secrets, cipher, &meta_header, input.metadata.take())?
     } else {
@@ -203,10 +204,10 @@ async fn store_copy(
     (through, total): (u64, u64),
     from: &CopyFrom<'_>,
 ) -> S3Result<(Option<ETag>, Option<String>)> {
-    let locked = lock::is_locked(&put);
+    let locked = object_lock::has_object_lock(&put);
     if total <= through {
         let out = if locked {
-            lock::put_locked(gw, put, first, through).await?
+            object_lock::put_with_object_lock(gw, put, first, through).await?
         } else {
             let put = PutObjectInput {
                 body: Some(first),
@@ -222,9 +223,12 @@ async fn store_copy(
     let id = upload.id();
     let result = async {
         let (content_md5, body) = if locked {
-            // Object Lock wants the MD5 of what is stored (lock.rs): one bounded buffer.
-            let body = lock::read_all(first, through).await?;
-            (Some(lock::md5_b64(&body)), s3s::Body::from(body).into())
+            // Object Lock wants the MD5 of what is stored (object_lock.rs): one bounded buffer.
+            let body = object_lock::read_all(first, through).await?;
+            (
+                Some(object_lock::md5_b64(&body)),
+                s3s::Body::from(body).into(),
+            )
         } else {
             (None, first)
         };
@@ -322,7 +326,7 @@ pub(super) async fn upload_part_copy(
     }
     let len = end - start + 1;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let get = GetObjectInput {
         bucket: src_bucket.clone(),
         key: src_key.clone(),
@@ -355,17 +359,17 @@ pub(super) async fn upload_part_copy(
         .ok_or_else(|| s3_error!(InternalError, "upstream sent no body"))?;
     let plain = body::transform(src_blob, opener, len);
     let header = if part == 1 {
-        let name = ObjectName::new(&input.bucket, &input.key).map_err(|e| keys_error(&e))?;
+        let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
         Some(
             secrets
                 .header(&gw.keyring, &name, cipher, len)
-                .map_err(|e| keys_error(&e))?,
+                .map_err(keys_error)?,
         )
     } else {
         None
     };
     let payload = std::sync::Arc::new(secrets.payload_key(cipher));
-    let sealer = PartSealer::new(&payload, part, header).map_err(|e| keys_error(&e))?;
+    let sealer = PartSealer::new(&payload, part, header).map_err(keys_error)?;
     let part_len = kura_keys::part_ciphertext_len(len).ok_or_else(|| s3_error!(EntityTooLarge))?
         + if part == 1 { HEADER_SIZE as u64 } else { 0 };
     let ciphertext = body::transform(plain, sealer, part_len);

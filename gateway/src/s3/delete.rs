@@ -10,8 +10,10 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::object_key::check_key;
+use crate::error::refuse_keys;
 use crate::gateway::Gateway;
-use crate::object::{check_key, forget, refuse_keys};
+use crate::object::forget;
 use crate::upstream::request;
 
 pub(super) async fn delete_object(
@@ -21,7 +23,7 @@ pub(super) async fn delete_object(
     let mut input = req.input;
     check_key(&input.key)?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
-    input.if_match = super::put::upstream_condition(input.if_match.take());
+    input.if_match = super::upload::upstream_condition(input.if_match.take());
     let out = gw.upstream.s3().delete_object(request(input)).await;
     forget(gw, &bucket, &key).await;
     Ok(S3Response::new(out?.output))

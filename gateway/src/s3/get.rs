@@ -9,81 +9,18 @@ use std::sync::Arc;
 use kura_keys::{BodyOpener, RangeOpener, SizeInfo};
 use s3s::dto::{
     ETag, ETagCondition, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Range,
-    StreamingBlob, Timestamp,
+    StreamingBlob,
 };
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
-use crate::gateway::Gateway;
-use crate::object::{
-    Located, check_key, keys_error, locate_checked, locate_current, open_metadata,
-    open_metadata_of, range_not_satisfiable, unlocate, verify_body_header,
-};
+use super::conditions::{Conditions, client_etag_of};
+use super::object_key::check_key;
+use crate::error::{keys_error, range_not_satisfiable};
+use crate::gateway::{Gateway, Located};
+use crate::meta::{open_metadata, open_metadata_of};
+use crate::object::{locate_checked, locate_current, stored_len, unlocate, verify_body_header};
 use crate::upstream::{Origin, request, resuming};
 use crate::{body, etag};
-
-/// The If-* headers of a read.
-#[allow(
-    clippy::struct_field_names,
-    reason = "named after the S3 headers If-Match and so on"
-)]
-pub(super) struct Conditions {
-    pub(super) if_match: Option<ETagCondition>,
-    pub(super) if_none_match: Option<ETagCondition>,
-    pub(super) if_modified_since: Option<Timestamp>,
-    pub(super) if_unmodified_since: Option<Timestamp>,
-}
-
-fn not_modified(client_etag: &str) -> S3Error {
-    let mut e = s3_error!(NotModified);
-    let mut h = http::HeaderMap::new();
-    if let Ok(v) = format!("\"{client_etag}\"").parse() {
-        h.insert(http::header::ETAG, v);
-    }
-    e.set_headers(h);
-    e
-}
-
-impl Conditions {
-    /// Evaluates the conditions in the order RFC 9110 section 13.2.2 gives them.
-    pub(super) fn check(
-        &self,
-        client_etag: &str,
-        last_modified: Option<&Timestamp>,
-    ) -> S3Result<()> {
-        // Clients see Last-Modified as an HTTP date, in whole seconds, and send those back;
-        // a store that keeps finer times (the embedded one) must compare what they saw.
-        let modified = last_modified.map(|t| {
-            let t = time::OffsetDateTime::from(t.clone());
-            t.replace_nanosecond(0).unwrap_or(t)
-        });
-        let at = |t: &Timestamp| time::OffsetDateTime::from(t.clone());
-        if let Some(c) = &self.if_match {
-            if !etag::condition_matches(c, client_etag) {
-                return Err(s3_error!(
-                    PreconditionFailed,
-                    "At least one of the pre-conditions you specified did not hold"
-                ));
-            }
-        } else if let (Some(since), Some(m)) = (&self.if_unmodified_since, modified)
-            && m > at(since)
-        {
-            return Err(s3_error!(
-                PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold"
-            ));
-        }
-        if let Some(c) = &self.if_none_match {
-            if etag::condition_matches(c, client_etag) {
-                return Err(not_modified(client_etag));
-            }
-        } else if let (Some(since), Some(m)) = (&self.if_modified_since, modified)
-            && m <= at(since)
-        {
-            return Err(not_modified(client_etag));
-        }
-        Ok(())
-    }
-}
 
 /// The inclusive plaintext span a range or part number asks for, clamped as S3 does.
 fn span(
@@ -152,22 +89,6 @@ macro_rules! conditions_of {
     };
 }
 
-/// The ETag clients know a located object by.
-pub(super) fn client_etag_of(located: &Located) -> String {
-    located
-        .upstream_etag
-        .as_deref()
-        .map(etag::to_client_value)
-        .unwrap_or_default()
-}
-
-/// The stored (ciphertext) length an upstream reported.
-pub(super) fn stored_len(content_length: Option<i64>) -> S3Result<u64> {
-    content_length
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| s3_error!(InternalError, "upstream sent no length"))
-}
-
 /// The plaintext size of an object the upstream just described (stored length, ETag): from
 /// the length alone when it is aligned, else from its trailer (SPEC 6.1), with what the
 /// trailer read found.
@@ -179,7 +100,7 @@ async fn plaintext_size_of(
     upstream_etag: Option<&ETag>,
     stored: u64,
 ) -> S3Result<(u64, Option<Arc<Located>>)> {
-    match kura_keys::plaintext_size(stored).map_err(|e| keys_error(&e))? {
+    match kura_keys::plaintext_size(stored).map_err(keys_error)? {
         SizeInfo::Aligned(n) => Ok((n, None)),
         SizeInfo::Trailer => {
             let etag = upstream_etag.map(ETag::value);
@@ -319,7 +240,7 @@ async fn get_span(
     }
     let (start, end) = span(size, input.range.as_ref(), input.part_number, &located)?;
     let (opener, ct) = RangeOpener::new(located.key.clone(), located.layout.clone(), start, end)
-        .map_err(|e| keys_error(&e))?;
+        .map_err(keys_error)?;
     let up = GetObjectInput {
         bucket: bucket.clone(),
         key: key.clone(),

@@ -14,13 +14,37 @@
     reason = "the S3 DTO namespace: each operation touches many of its types"
 )]
 
+use kura_keys::SizeInfo;
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::etag;
 use crate::gateway::Gateway;
-use crate::object::{ListedSize, LocateError, listed_size, try_locate};
+use crate::object::{LocateError, try_locate};
 use crate::upstream::request;
+
+/// What a listed object's stored size says about its plaintext size (SPEC 6.1).
+enum ListedSize {
+    /// The size alone tells: this many bytes, if the object is kura's.
+    Known(i64),
+    /// Only the object's trailer tells.
+    InTrailer,
+    /// Too short for any kura object: another writer's, listed as stored.
+    Foreign,
+}
+
+fn listed_size(ciphertext_len: i64) -> ListedSize {
+    let info = u64::try_from(ciphertext_len)
+        .ok()
+        .map(kura_keys::plaintext_size);
+    match info {
+        Some(Ok(SizeInfo::Aligned(n))) => {
+            i64::try_from(n).map_or(ListedSize::Foreign, ListedSize::Known)
+        }
+        Some(Ok(SizeInfo::Trailer)) => ListedSize::InTrailer,
+        _ => ListedSize::Foreign,
+    }
+}
 
 /// Bytes a listing leaves as they are under `encoding-type=url`: the unreserved ones of RFC
 /// 3986 and `/`. Everything else, `+` and `%` included, is percent-encoded, which

@@ -7,14 +7,18 @@
 )]
 
 mod bucket;
+mod complete;
+mod conditions;
 mod copy;
 mod delete;
 mod get;
 mod list;
-mod lock;
 mod multipart;
+mod object_key;
+mod object_lock;
 mod own_upload;
 mod put;
+mod upload;
 
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
@@ -78,7 +82,7 @@ ops! {
     create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput = "CreateMultipartUpload", multipart::create;
     upload_part: UploadPartInput => UploadPartOutput = "UploadPart", multipart::upload_part;
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput = "UploadPartCopy", copy::upload_part_copy;
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput = "CompleteMultipartUpload", multipart::complete;
+    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput = "CompleteMultipartUpload", complete::complete;
     abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput = "AbortMultipartUpload", multipart::abort;
     list_parts: ListPartsInput => ListPartsOutput = "ListParts", multipart::list_parts;
     list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput = "ListMultipartUploads", multipart::list_uploads;

@@ -1,6 +1,6 @@
 //! The store behind the gateway. Both kinds sit behind s3s's `S3` trait, so every
 //! operation is written once: an S3 service reached with aws-sdk-s3 (`s3s_aws::Proxy`), or
-//! a local directory served in-process (the embedded default, `local.rs`: no HTTP hop, and
+//! a local directory served in-process (the embedded default, `local/`: no HTTP hop, and
 //! reads large enough that the upstream is not the bottleneck of a quickstart).
 
 use std::sync::Arc;
@@ -13,14 +13,10 @@ use aws_sdk_s3::config::{
 use s3s::{S3, S3Request};
 
 use crate::config::UpstreamConfig;
+use crate::metrics::RetryTally;
 
 mod counted;
-mod key_locks;
 mod local;
-mod local_checks;
-mod local_keys;
-mod local_list;
-mod local_put;
 mod resume;
 mod retries;
 mod stall;
@@ -28,7 +24,6 @@ mod timeouts;
 
 pub use local::LocalDir;
 pub(crate) use resume::{Origin, resuming};
-pub(crate) use retries::RetryTally;
 
 /// The upstream store.
 #[derive(Clone)]
@@ -82,7 +77,7 @@ impl Upstream {
                     message,
                 };
                 std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-                let store = LocalDir::new(dir).map_err(fail)?;
+                let store = LocalDir::new(dir).map_err(|e| fail(e.to_string()))?;
                 Ok(Self::from_s3(Arc::new(store)))
             }
             UpstreamConfig::S3 {

@@ -3,34 +3,15 @@
 //! only the call; an interceptor sees every attempt, and each one after the first is a
 //! retry.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
 
-/// Retries by operation name, shared by the upstream's interceptor and the metrics.
-#[derive(Clone, Default, Debug)]
-pub(crate) struct RetryTally(Arc<Mutex<BTreeMap<String, u64>>>);
+use crate::metrics::RetryTally;
 
-impl RetryTally {
-    pub(super) fn add(&self, op: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            *m.entry(op.to_string()).or_default() += 1;
-        }
-    }
-
-    /// The counts so far, by operation name.
-    #[must_use]
-    pub(crate) fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0.lock().map(|m| m.clone()).unwrap_or_default()
-    }
-}
-
-/// The interceptor that feeds a [`RetryTally`].
+/// The interceptor that feeds a [`RetryTally`] (which the metrics own and report).
 #[derive(Debug)]
 pub(super) struct CountRetries(pub(super) RetryTally);
 

@@ -43,7 +43,7 @@ fn root_files(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// PutObject is written by `local_put.rs` in s3s-fs's layout: s3s-fs then serves HEAD,
+/// PutObject is written by `upstream/local/put.rs` in s3s-fs's layout: s3s-fs then serves HEAD,
 /// listings, copies and deletes of it, with the attributes and one ETag per write.
 #[tokio::test]
 async fn objects_the_local_writer_stores_are_served_by_s3s_fs_alike() {

@@ -9,7 +9,7 @@
 //! prefix already answered are not entered. Memory is the page plus one sorted listing per
 //! directory level on the way down. ETags come from s3s-fs's sidecar when it holds one.
 //!
-//! A folder marker's file (`local_keys.rs`) is listed as its directory's key (`dir/`),
+//! A folder marker's file (`folder_marker.rs`) is listed as its directory's key (`dir/`),
 //! which sorts before everything in the directory, so it sorts as an empty name.
 
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use s3s::dto::{CommonPrefix, ETag, ListObjectsV2Input, ListObjectsV2Output, Object, Timestamp};
 use s3s::{S3Error, S3Result, s3_error};
 
-use super::local_keys::FOLDER_MARKER;
+use super::folder_marker::FOLDER_MARKER;
 
 /// The most keys a page holds, as on S3.
 const MAX_KEYS: usize = 1000;
@@ -164,7 +164,7 @@ pub(super) async fn list_objects_v2(
         };
         top.next += 1;
         let stored = format!("{}{name}", top.key_prefix);
-        let key = super::local_keys::client(&stored).to_string();
+        let key = super::folder_marker::client(&stored).to_string();
         let path = top.dir.join(&name);
         let answered = page.prefixes.last().and_then(|p| p.prefix.as_deref());
         if is_dir {
@@ -229,7 +229,7 @@ pub(super) async fn list_objects_v2(
 
 /// The ETag s3s-fs keeps in an object's `internal` sidecar, if it keeps one.
 async fn stored_etag(root: &Path, bucket: &str, key: &str) -> Option<String> {
-    let text = tokio::fs::read(super::local_put::sidecar(root, bucket, key, "internal"))
+    let text = tokio::fs::read(super::put::sidecar(root, bucket, key, "internal"))
         .await
         .ok()?;
     let info: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&text).ok()?;

@@ -1,10 +1,10 @@
 //! The embedded default's store: a local directory in s3s-fs's layout, called in-process.
 //!
 //! s3s-fs serves reads in 4 KiB pieces, each a blocking-pool round trip (about 80 MB/s
-//! here, `../shared/NOTES.md` section 7), and hashes every stored byte with MD5; either
+//! on a 2-core test machine), and hashes every stored byte with MD5; either
 //! would make the embedded default's upstream the bottleneck. This wrapper answers
 //! GetObject itself from the same files with 1 MiB reads, writes plain PutObjects itself
-//! (`local_put.rs`), and hands every other call to s3s-fs, with these fixes:
+//! (`put.rs`), and hands every other call to s3s-fs, with these fixes:
 //!
 //! - s3s-fs answers HeadObject and DeleteObject of a key that names a directory (the key
 //!   `a` when `a/b` exists) with 500 InternalError after reading the directory as a file;
@@ -15,21 +15,27 @@
 //!   the delete left empty.
 //! - Keys it cannot keep as files of their own (`a//b`, names too long for the
 //!   filesystem, `a/b` while `a` is an object) and completions whose part list it would
-//!   refuse half-way are refused before s3s-fs changes anything (`local_checks.rs`).
+//!   refuse half-way are refused before s3s-fs changes anything (`checks.rs`).
 //! - A DeleteObject's If-Match, DeleteObjects' per-key ETags and a copy's
 //!   `x-amz-copy-source-if-match`, which s3s-fs ignores, are checked; DeleteObjects answers
 //!   keys without a file of their own itself (s3s-fs fails the whole batch on them).
 //! - DeleteBucket of a bucket with objects is 409 BucketNotEmpty, where s3s-fs removes the
 //!   directory with everything in it.
 //! - ListObjectsV2 walks the bucket in key order and stops after the page
-//!   (`local_list.rs`), where s3s-fs reads and sorts the whole bucket for every page.
+//!   (`list.rs`), where s3s-fs reads and sorts the whole bucket for every page.
 //! - Folder markers (`dir/`), which s3s-fs keeps as bare directories that can hold no
-//!   body, are files inside their directory (`local_keys.rs`): every call's keys are turned
+//!   body, are files inside their directory (`folder_marker.rs`): every call's keys are turned
 //!   into the stored form first, and every answer's back.
 //! - s3s-fs syncs nothing it writes; what it wrote for a write is synced before the
-//!   answer (`local_put::sync_written`, `local_put::sync_part`).
+//!   answer (`put::sync_written`, `put::sync_part`).
 
 #![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
+
+mod checks;
+mod folder_marker;
+mod key_mutex;
+mod list;
+mod put;
 
 use std::io::SeekFrom;
 use std::path::PathBuf;
@@ -39,12 +45,13 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
-use super::local_checks::{
+use self::checks::{
     Blocked, completable, placeable, remove_empty_parents, remove_empty_tree, storable_key,
 };
-use super::local_keys::{client_key, store_key, store_read_key};
-use super::local_put::{sync_part, sync_written};
+use self::folder_marker::{client_key, store_key, store_read_key};
+use self::put::{sync_part, sync_written};
 use super::request;
+use crate::error::LocalDirError;
 
 const READ_CHUNK: usize = 1 << 20;
 
@@ -56,11 +63,11 @@ const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 pub struct LocalDir {
     fs: std::sync::Arc<s3s_fs::FileSystem>,
     root: PathBuf,
-    locks: super::key_locks::KeyLocks,
+    mutexes: key_mutex::KeyMutexes,
     /// Held to read by every write that makes a key's directories and then renames into
     /// them, and to write while a delete removes directories it left empty: a removal in
     /// between would make the rename fail, and s3s-fs's completion has deleted the parts
-    /// by then. Taken after any key lock, never before.
+    /// by then. Taken after any key mutex, never before.
     dirs: std::sync::Arc<tokio::sync::RwLock<()>>,
 }
 
@@ -68,14 +75,15 @@ impl LocalDir {
     /// Serves `root` (created by the caller).
     ///
     /// # Errors
-    /// When s3s-fs cannot open the directory.
-    pub fn new(root: &std::path::Path) -> Result<Self, String> {
-        let fs = s3s_fs::FileSystem::new(root).map_err(|e| format!("{e:?}"))?;
-        let root = root.canonicalize().map_err(|e| e.to_string())?;
+    /// [`LocalDirError`] when s3s-fs cannot open the directory.
+    pub fn new(root: &std::path::Path) -> Result<Self, LocalDirError> {
+        let fs =
+            s3s_fs::FileSystem::new(root).map_err(|e| LocalDirError::Open(format!("{e:?}")))?;
+        let root = root.canonicalize().map_err(LocalDirError::Canonicalize)?;
         Ok(Self {
             fs: std::sync::Arc::new(fs),
             root,
-            locks: super::key_locks::KeyLocks::new(),
+            mutexes: key_mutex::KeyMutexes::new(),
             dirs: std::sync::Arc::default(),
         })
     }
@@ -95,11 +103,11 @@ macro_rules! store {
                 store_key(&mut req.input.key)?;
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 self.clear_way(&req.input.bucket, &req.input.key).await?;
-                if req.trailing_headers.is_none() && super::local_put::handles(&req.input) {
-                    return super::local_put::put(&self.root, (&self.locks, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
+                if req.trailing_headers.is_none() && put::handles(&req.input) {
+                    return put::put(&self.root, (&self.mutexes, &self.dirs), &self.fs, req.input).await.map(S3Response::new);
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-                let _key = self.locks.lock(&bucket, &key).await;
+                let _key = self.mutexes.lock(&bucket, &key).await;
                 let _dirs = self.dirs.read().await;
                 let out = self.fs.put_object(req).await?;
                 sync_written(&self.root, &bucket, &key).await?;
@@ -117,7 +125,7 @@ macro_rules! store {
                 if self.names_directory(&req.input.bucket, &req.input.key).await {
                     return Err(s3_error!(NoSuchKey));
                 }
-                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let _key = self.mutexes.lock(&req.input.bucket, &req.input.key).await;
                 self.fs.head_object(req).await
             }
 
@@ -131,10 +139,10 @@ macro_rules! store {
                     return Ok(S3Response::new(DeleteObjectOutput::default()));
                 }
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-                let _key = self.locks.lock(&bucket, &key).await;
+                let _key = self.mutexes.lock(&bucket, &key).await;
                 self.etag_holds((&bucket, &key), req.input.if_match.as_ref(), "the object changed").await?;
                 let out = self.fs.delete_object(req).await?;
-                super::local_put::remove_sidecars(&self.root, &bucket, &key).await;
+                put::remove_sidecars(&self.root, &bucket, &key).await;
                 self.tidy(&bucket, std::slice::from_ref(&key)).await;
                 Ok(out)
             }
@@ -144,7 +152,7 @@ macro_rules! store {
             }
 
             async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
-                super::local_list::list_objects_v2(&self.root, req.input).await.map(S3Response::new)
+                list::list_objects_v2(&self.root, req.input).await.map(S3Response::new)
             }
 
             async fn copy_object(&self, mut req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
@@ -153,7 +161,7 @@ macro_rules! store {
                 storable_key(&req.input.bucket, &req.input.key, false)?;
                 self.clear_way(&req.input.bucket, &req.input.key).await?;
                 let source = copy_source(&req.input.copy_source)?;
-                let _keys = self.locks.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
+                let _keys = self.mutexes.lock_objects([source, (&req.input.bucket, &req.input.key)]).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 let _dirs = self.dirs.read().await;
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
@@ -166,7 +174,7 @@ macro_rules! store {
                 store_key(&mut req.input.key)?;
                 store_source_key(&mut req.input.copy_source)?;
                 let source = copy_source(&req.input.copy_source)?;
-                let _key = self.locks.lock(source.0, source.1).await;
+                let _key = self.mutexes.lock(source.0, source.1).await;
                 self.etag_holds(source, req.input.copy_source_if_match.as_ref(), "the copy source changed").await?;
                 let (id, part) = (req.input.upload_id.clone(), req.input.part_number);
                 let out = self.fs.upload_part_copy(req).await?;
@@ -187,7 +195,7 @@ macro_rules! store {
                 store_key(&mut req.input.key)?;
                 completable(&self.root, &req.input).await?;
                 self.clear_way(&req.input.bucket, &req.input.key).await?;
-                let _key = self.locks.lock(&req.input.bucket, &req.input.key).await;
+                let _key = self.mutexes.lock(&req.input.bucket, &req.input.key).await;
                 let _dirs = self.dirs.read().await;
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
                 let mut out = self.fs.complete_multipart_upload(req).await?;
@@ -227,7 +235,7 @@ macro_rules! store {
 
             async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
                 // As s3s-fs answers V1: the V2 listing, with its last key as the next marker.
-                let v2 = super::local_list::list_objects_v2(&self.root, req.input.into()).await?;
+                let v2 = list::list_objects_v2(&self.root, req.input.into()).await?;
                 Ok(S3Response::new(ListObjectsOutput {
                     contents: v2.contents,
                     common_prefixes: v2.common_prefixes,
@@ -250,7 +258,7 @@ macro_rules! store {
                     max_keys: Some(1),
                     ..Default::default()
                 };
-                let listed = super::local_list::list_objects_v2(&self.root, any).await?;
+                let listed = list::list_objects_v2(&self.root, any).await?;
                 if listed.key_count.unwrap_or(0) > 0 || listed.contents.is_some_and(|c| !c.is_empty()) {
                     return Err(s3_error!(BucketNotEmpty));
                 }
@@ -315,7 +323,7 @@ impl LocalDir {
         let (mut absent, mut missing) = (Vec::new(), Vec::new());
         let mut not_there = |o: ObjectIdentifier| {
             if o.e_tag.is_some() {
-                missing.push(crate::object::key_error(&o, &s3_error!(NoSuchKey)));
+                missing.push(crate::error::key_error(&o, &s3_error!(NoSuchKey)));
             } else {
                 absent.push(DeletedObject {
                     key: Some(o.key),
@@ -340,15 +348,15 @@ impl LocalDir {
             .map(|o| o.key.clone())
             .collect();
         let _keys = self
-            .locks
+            .mutexes
             .lock_all(&bucket, keys.iter().map(String::as_str))
             .await;
         // Whether the file is there, and the per-key ETags s3s-fs ignores, are checked under
-        // the locks: no write of these keys can come between the check and the delete.
+        // the mutexes: no write of these keys can come between the check and the delete.
         let mut refused = Vec::new();
         for o in std::mem::take(&mut req.input.delete.objects) {
             if !self.holds_file(&bucket, &o.key).await {
-                let key = super::local_keys::client(&o.key).to_string();
+                let key = folder_marker::client(&o.key).to_string();
                 not_there(ObjectIdentifier { key, ..o });
                 continue;
             }
@@ -358,7 +366,7 @@ impl LocalDir {
                 .await
             {
                 Ok(()) => req.input.delete.objects.push(o),
-                Err(e) => refused.push(crate::object::key_error(&o, &e)),
+                Err(e) => refused.push(crate::error::key_error(&o, &e)),
             }
         }
         let mut out = if req.input.delete.objects.is_empty() {
@@ -373,7 +381,7 @@ impl LocalDir {
             .filter_map(|d| d.key.clone())
             .collect();
         for key in &deleted {
-            super::local_put::remove_sidecars(&self.root, &bucket, key).await;
+            put::remove_sidecars(&self.root, &bucket, key).await;
         }
         self.tidy(&bucket, &deleted).await;
         out.errors.get_or_insert_with(Vec::new).extend(refused);
@@ -392,7 +400,7 @@ impl LocalDir {
         Ok(S3Response::new(out))
     }
 
-    /// Checks that `key`'s file can go in place (`local_checks::placeable`). Empty
+    /// Checks that `key`'s file can go in place (`checks::placeable`). Empty
     /// directories in the way, which deletes left because writes were running, are removed
     /// once the writes that are placing files now have done (tokio's lock queues later ones
     /// behind this); if that takes over [`CLEAR_WAIT`], the client is asked to retry.
@@ -442,7 +450,7 @@ impl LocalDir {
         let Some(ETagCondition::ETag(want)) = if_match else {
             return Ok(());
         };
-        let current = super::local_put::current_etag(&self.fs, bucket, key).await?;
+        let current = put::current_etag(&self.fs, bucket, key).await?;
         if current.as_ref().map(ETag::value) == Some(want.value()) {
             Ok(())
         } else {
@@ -451,7 +459,7 @@ impl LocalDir {
     }
 
     /// Whether `key` names a directory of the store rather than an object (stored keys
-    /// never end in `/`: folder markers are files, `local_keys.rs`).
+    /// never end in `/`: folder markers are files, `folder_marker.rs`).
     async fn names_directory(&self, bucket: &str, key: &str) -> bool {
         let Some(path) = self.object_path(bucket, key) else {
             return false;
@@ -476,9 +484,9 @@ impl LocalDir {
         if self.names_directory(&input.bucket, &input.key).await {
             return Err(s3_error!(NoSuchKey));
         }
-        // The sidecars and the body are read under the key's lock: an open file keeps the
+        // The sidecars and the body are read under the key's mutex: an open file keeps the
         // body it had even if a writer renames another over it afterwards.
-        let key_lock = self.locks.lock(&input.bucket, &input.key).await;
+        let key_guard = self.mutexes.lock(&input.bucket, &input.key).await;
         let head = self.fs.head_object(request(head)).await?.output;
         if let Some(ETagCondition::ETag(want)) = &input.if_match
             && head.e_tag.as_ref().map(ETag::value) != Some(want.value())
@@ -502,7 +510,7 @@ impl LocalDir {
         let mut file = tokio::fs::File::open(&path)
             .await
             .map_err(|_| s3_error!(NoSuchKey))?;
-        drop(key_lock);
+        drop(key_guard);
         file.seek(SeekFrom::Start(start))
             .await
             .map_err(|e| s3_error!(InternalError, "{e}"))?;

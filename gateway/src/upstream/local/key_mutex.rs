@@ -1,9 +1,9 @@
-//! Per-object locks for the embedded store. An object there is three files (the body and
+//! Per-object mutexes for the embedded store. An object there is three files (the body and
 //! s3s-fs's two sidecars: attributes and ETag), replaced one rename at a time, so two
 //! writers of one key could leave one's body beside the other's sidecars: the gateway then
 //! refuses the object as belonging to another (seen with three backups storing the same
 //! content-addressed pack at once). Writers, deleters and the read of a body with its
-//! sidecars hold the key's lock; keys share a fixed set of stripes, so memory does not
+//! sidecars hold the key's mutex; keys share a fixed set of stripes, so memory does not
 //! grow with the number of keys.
 
 use std::hash::BuildHasher as _;
@@ -14,12 +14,13 @@ use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard};
 /// Stripes: enough that unrelated keys rarely wait on each other.
 const STRIPES: usize = 256;
 
-pub(super) struct KeyLocks {
+/// One mutex per stripe of keys; an object's mutex is its stripe's.
+pub(super) struct KeyMutexes {
     stripes: Box<[Arc<Mutex<()>>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
-impl KeyLocks {
+impl KeyMutexes {
     pub(super) fn new() -> Self {
         Self {
             stripes: (0..STRIPES).map(|_| Arc::new(Mutex::new(()))).collect(),
@@ -31,12 +32,12 @@ impl KeyLocks {
         usize::try_from(self.hasher.hash_one((bucket, key)) % STRIPES as u64).unwrap_or(0)
     }
 
-    /// The lock of one object.
+    /// The mutex of one object, locked.
     pub(super) async fn lock(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
         self.stripes[self.stripe(bucket, key)].lock().await
     }
 
-    /// The lock of one object, held by a task of its own (one that must not be cancelled
+    /// The mutex of one object, locked and held by a task of its own (one that must not be cancelled
     /// half-way by a client that goes away).
     pub(super) async fn lock_owned(&self, bucket: &str, key: &str) -> OwnedMutexGuard<()> {
         self.stripes[self.stripe(bucket, key)]
@@ -45,7 +46,7 @@ impl KeyLocks {
             .await
     }
 
-    /// The locks of several objects of one bucket, taken in stripe order (so two callers
+    /// The mutexes of several objects of one bucket, locked in stripe order (so two callers
     /// never wait on each other in a cycle).
     pub(super) async fn lock_all<'k>(
         &self,
@@ -56,7 +57,7 @@ impl KeyLocks {
             .await
     }
 
-    /// The locks of several objects, each named by (bucket, key), in stripe order.
+    /// The mutexes of several objects, each named by (bucket, key), in stripe order.
     pub(super) async fn lock_objects<'k>(
         &self,
         objects: impl IntoIterator<Item = (&'k str, &'k str)>,

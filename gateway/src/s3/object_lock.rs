@@ -21,7 +21,7 @@ use crate::upstream::request;
 pub(super) const PART: usize = 8 << 20;
 
 /// Whether a PUT carries Object Lock settings.
-pub(super) fn is_locked(input: &PutObjectInput) -> bool {
+pub(super) fn has_object_lock(input: &PutObjectInput) -> bool {
     input.object_lock_mode.is_some()
         || input.object_lock_retain_until_date.is_some()
         || input.object_lock_legal_hold_status.is_some()
@@ -69,7 +69,7 @@ pub(super) async fn read_all(mut blob: StreamingBlob, len: u64) -> S3Result<Byte
 
 /// Stores `blob` (ciphertext of `len` bytes) with `template`'s settings, each request
 /// carrying the MD5 of its body.
-pub(super) async fn put_locked(
+pub(super) async fn put_with_object_lock(
     gw: &Gateway,
     template: PutObjectInput,
     mut blob: StreamingBlob,
@@ -86,7 +86,7 @@ pub(super) async fn put_locked(
         };
         return Ok(gw.upstream.s3().put_object(request(put)).await?.output);
     }
-    let create = super::multipart::create_like(&template);
+    let create = super::own_upload::create_like(&template);
     // The client's conditions hold for the write as a whole: the completion carries them.
     let conditions = (template.if_match.clone(), template.if_none_match.clone());
     let (bucket, key) = (template.bucket, template.key);
@@ -115,7 +115,7 @@ pub(super) async fn put_locked(
             number += 1;
         }
         let out =
-            super::multipart::complete_own(gw, (&bucket, &key, id), parts, conditions).await?;
+            super::own_upload::complete_own(gw, (&bucket, &key, id), parts, conditions).await?;
         Ok(PutObjectOutput {
             e_tag: out.e_tag,
             version_id: out.version_id,

@@ -6,7 +6,7 @@
 //! serving HEAD, listings, copies and deletes of it) with a random ETag instead: an entity
 //! tag only has to change when the object does, and the gateway never shows an upstream
 //! ETag as an MD5 (the `-0` suffix, `README.md`). Its conditions (If-Match,
-//! If-None-Match) are checked under the key's lock just before the object is put in place,
+//! If-None-Match) are checked under the key's mutex just before the object is put in place,
 //! so the body streams in without holding the lock. Requests that need more (a Content-MD5,
 //! checksums) still go to s3s-fs.
 //!
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use s3s::dto::{ETag, ETagCondition, HeadObjectInput, PutObjectInput, PutObjectOutput};
 use s3s::{S3, S3Error, S3ErrorCode, S3Result, s3_error};
 
-use super::local_checks::Blocked;
+use super::checks::Blocked;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt as _;
 
@@ -95,7 +95,7 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
 /// the ETag, then the body renamed into place (a failed body leaves nothing).
 pub(super) async fn put(
     root: &Path,
-    (locks, dirs): (&super::key_locks::KeyLocks, &Arc<tokio::sync::RwLock<()>>),
+    (mutexes, dirs): (&super::key_mutex::KeyMutexes, &Arc<tokio::sync::RwLock<()>>),
     fs: &Arc<s3s_fs::FileSystem>,
     input: PutObjectInput,
 ) -> S3Result<PutObjectOutput> {
@@ -159,7 +159,7 @@ pub(super) async fn put(
         unique,
         body: tmp,
     };
-    // Sidecars and body are replaced under the key's lock (`key_locks.rs`); the body was
+    // Sidecars and body are replaced under the key's mutex (`key_mutex.rs`); the body was
     // received without it. The placing runs as a task of its own: a client that goes away
     // now must not stop it between the sidecars and the body, which would leave the old
     // body beside the new sidecars.
@@ -170,15 +170,15 @@ pub(super) async fn put(
         if_match: input.if_match,
         if_none_match: input.if_none_match,
     };
-    let key_lock = locks.lock_owned(&input.bucket, &input.key).await;
+    let key_guard = mutexes.lock_owned(&input.bucket, &input.key).await;
     let dirs = dirs.clone();
     let root = root.to_path_buf();
     tokio::spawn(async move {
-        let _key_lock = key_lock;
+        let _key_guard = key_guard;
         conditions.hold().await?;
         let _dirs = dirs.read_owned().await;
         // Checked before the body came too; another key's file may have taken the path since.
-        super::local_checks::placeable(&root, &conditions.bucket, &conditions.key)
+        super::checks::placeable(&root, &conditions.bucket, &conditions.key)
             .await
             .map_err(Blocked::into_error)?;
         placing.place().await.map_err(internal)
@@ -219,7 +219,7 @@ async fn receive(
     out.get_ref().sync_all().await.map_err(internal)
 }
 
-/// A PUT's conditions, checked against the object in place under the key's lock.
+/// A PUT's conditions, checked against the object in place under the key's mutex.
 struct Conditions {
     fs: Arc<s3s_fs::FileSystem>,
     bucket: String,
@@ -240,7 +240,11 @@ pub(super) async fn current_etag(
         key: key.into(),
         ..Default::default()
     };
-    Ok(fs.head_object(super::request(head)).await?.output.e_tag)
+    Ok(fs
+        .head_object(crate::upstream::request(head))
+        .await?
+        .output
+        .e_tag)
 }
 
 impl Conditions {
@@ -314,7 +318,7 @@ impl Placing {
             side_tmp.0 = None;
         }
         // A delete of another key may remove the directory, once empty, between the two
-        // steps (`local_checks.rs`); then it is made again.
+        // steps (`checks.rs`); then it is made again.
         let mut attempts = 0;
         loop {
             if let Some(dir) = self.object.parent() {
@@ -376,7 +380,7 @@ async fn sync_file(path: &Path) -> std::io::Result<()> {
 /// 128 random bits in hex: unique per write, like an MD5 in shape only.
 fn random_etag() -> S3Result<String> {
     let mut b = [0u8; 16];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+    kura_keys::rand::fill(&mut b)
         .map_err(|_| s3_error!(InternalError, "no randomness for an ETag"))?;
     Ok(hex::encode(b))
 }

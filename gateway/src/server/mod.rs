@@ -1,0 +1,195 @@
+//! Serving: hyper over TCP or TLS (tokio-rustls), the s3s service behind a thin router that
+//! answers `/healthz`, `/readyz` and `/metrics` itself, a request ID on every response and
+//! in every log line, and a graceful shutdown that drains in-flight requests.
+
+//!
+//! - `route.rs`: one request, from hyper to s3s or an admin endpoint and back.
+//! - `admin.rs`: `/healthz`, `/readyz`, `/metrics`.
+//! - `tls.rs`: the certificate and key, as a rustls acceptor.
+//! - `listen.rs`: the accept loop, its time limits, and the drain on shutdown.
+//! - here: [`start`], which builds the gateway and its listeners, and [`Running`].
+
+mod admin;
+mod listen;
+mod route;
+mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use s3s::service::S3ServiceBuilder;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::admin::Admin;
+use self::listen::accept_loop;
+pub use self::listen::{HEADER_READ_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
+use self::route::App;
+use crate::config::GatewayConfig;
+use crate::credentials::Credentials;
+use crate::error::CredentialsError;
+use crate::gateway::Gateway;
+use crate::metrics::Metrics;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The upstream could not be set up.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// A listen address could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The virtual-host domain is not a valid domain.
+    #[error("virtual-host domain: {0}")]
+    Domain(String),
+    /// The client credentials cannot be used (empty or repeated access key, empty secret).
+    #[error("client credentials: {0}")]
+    Credentials(CredentialsError),
+}
+
+/// A started gateway.
+pub struct Running {
+    /// Where it serves S3.
+    pub addr: SocketAddr,
+    /// Where it serves the admin endpoints, when separate.
+    pub admin_addr: Option<SocketAddr>,
+    /// Its metrics.
+    pub metrics: Metrics,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, waits for in-flight requests (up to 30 s), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Builds the gateway, binds its addresses, and serves until [`Running::shutdown`].
+///
+/// # Errors
+/// [`ServerError`] when the upstream, the addresses or TLS cannot be set up.
+pub async fn start(config: GatewayConfig) -> Result<Running, ServerError> {
+    let upstream = Upstream::connect(&config.upstream).await?;
+    start_with_upstream(config, upstream).await
+}
+
+/// [`start`] with an upstream built by the caller.
+///
+/// # Errors
+/// As [`start`].
+pub async fn start_with_upstream(
+    config: GatewayConfig,
+    upstream: Upstream,
+) -> Result<Running, ServerError> {
+    let metrics = Metrics::default();
+    let credentials =
+        Credentials::new(config.credentials.clone()).map_err(ServerError::Credentials)?;
+    let gateway = Gateway::new(
+        upstream.clone(),
+        config.keyring.clone(),
+        config.cipher,
+        credentials.clone(),
+        metrics.clone(),
+    );
+    let mut builder = S3ServiceBuilder::new(gateway);
+    builder.set_auth(credentials.clone());
+    builder.set_access(credentials);
+    // POST form uploads are refused before s3s sees them (`post_form_refused`); should one
+    // get through, s3s, which reads a form before any access check, may read next to
+    // nothing of it.
+    let mut s3s_config = s3s::config::S3Config::default();
+    s3s_config.post_object_max_file_size = 0;
+    s3s_config.form_max_field_size = 4096;
+    s3s_config.form_max_fields_size = 16 * 1024;
+    s3s_config.form_max_parts = 16;
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        s3s_config,
+    ))));
+    let vhost = config
+        .virtual_host_domain
+        .as_deref()
+        .map(crate::host::BaseDomain::new)
+        .transpose()
+        .map_err(ServerError::Domain)?;
+    if let Some(host) = &vhost {
+        builder.set_host(host.clone());
+    }
+    let probe_bucket = config.credentials.iter().find_map(|c| match &c.buckets {
+        crate::config::BucketScope::Only(names) => names.first().cloned(),
+        crate::config::BucketScope::All => None,
+    });
+    let app = App {
+        s3: builder.build(),
+        metrics: metrics.clone(),
+        admin: Admin::new(metrics.clone(), upstream, probe_bucket),
+        admin_elsewhere: config.admin_listen.is_some(),
+        vhost,
+    };
+    let tls = config
+        .tls
+        .as_ref()
+        .map(tls::acceptor)
+        .transpose()
+        .map_err(ServerError::Tls)?;
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })
+    };
+    let listener = bind(config.listen).await?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let (stop, rx) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(accept_loop(
+        listener,
+        app.clone(),
+        tls,
+        false,
+        rx.clone(),
+    ))];
+    let mut admin_addr = None;
+    if let Some(a) = config.admin_listen {
+        let l = bind(a).await?;
+        admin_addr = l.local_addr().ok();
+        tasks.push(tokio::spawn(accept_loop(l, app, None, true, rx)));
+    }
+    if let Err(value) = kura_keys::AesBackend::env_override() {
+        tracing::warn!(
+            value,
+            "{} names no AES backend (aws-lc or ring); choosing by CPU",
+            kura_keys::AES_BACKEND_ENV
+        );
+    }
+    tracing::info!(
+        %addr,
+        tls = config.tls.is_some(),
+        aes_backend = kura_keys::AesBackend::active().name(),
+        "kura gateway listening"
+    );
+    Ok(Running {
+        addr,
+        admin_addr,
+        metrics,
+        stop,
+        tasks,
+    })
+}
