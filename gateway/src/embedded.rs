@@ -4,7 +4,8 @@
 //! in-process gateway that repository commands start on loopback when no endpoint is given.
 //!
 //! What the operator is told (the new key file, the generated credentials) is the CLI's
-//! to print; this file only makes and reads the files.
+//! to print; this file only makes and reads the files. Its error type lives here, not in
+//! `error.rs`, because it wraps the server's: `error.rs` is below `server` in the imports.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,8 +14,7 @@ use kura_keys::keyfile::{Existing, write_private};
 use kura_keys::{Cipher, Keyring};
 
 use crate::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
-use crate::error::EmbeddedError;
-use crate::server::Running;
+use crate::server::{Running, ServerError};
 
 /// Where the ciphertext lives under the directory: one folder per bucket.
 const OBJECTS_DIR: &str = "objects";
@@ -22,6 +22,58 @@ const OBJECTS_DIR: &str = "objects";
 const KEY_FILE: &str = "kura-keys.toml";
 /// The client credential generated on first start when none was configured.
 const CREDENTIALS_FILE: &str = "credentials.toml";
+
+/// What went wrong while preparing the embedded default or starting a gateway in-process.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbeddedError {
+    /// A file or directory of the layout could not be made, read or written.
+    #[error("{what} {}: {error}", path.display())]
+    Io {
+        /// What was being done: "creating", "reading", "writing".
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// A key file the operator named is not there. Starting with a fresh key instead would
+    /// store data that the key they meant cannot open.
+    #[error(
+        "key file {} does not exist: create it with `kura keys generate --out {}`, or leave --key-file out to use (or generate) {}",
+        named.display(), named.display(), default.display()
+    )]
+    MissingKeyFile {
+        /// The key file named.
+        named: PathBuf,
+        /// The key file the embedded default would use (or generate) instead.
+        default: PathBuf,
+    },
+    /// The stored credentials file is not what this file writes.
+    #[error("parsing {}: {reason}", path.display())]
+    BadCredentials {
+        /// The credentials file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key could not be generated or written.
+    #[error("{what} {}: {error}", path.display())]
+    Keys {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        error: kura_keys::Error,
+    },
+    /// The system's random generator failed.
+    #[error("drawing a random credential: {0}")]
+    Random(kura_keys::Error),
+    /// The in-process gateway did not start.
+    #[error("starting the in-process gateway: {0}")]
+    Start(ServerError),
+}
 
 /// The embedded default's directory and the files in it.
 #[derive(Clone, Debug)]

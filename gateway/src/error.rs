@@ -1,7 +1,7 @@
 //! Errors, both ways out of the gateway: how an internal failure reaches an S3 client (a
 //! keys error as an S3 error, a 416 as S3 words it, the per-key errors of a DeleteObjects
 //! answer), and the typed errors of the public constructors that read configuration
-//! ([`LocalDirError`], [`CredentialsError`], [`SecretError`], [`EmbeddedError`]).
+//! ([`LocalDirError`], [`CredentialsError`], [`SecretError`]).
 //!
 //! Each typed error's `Display` is the message the CLI has always printed, and none of them
 //! chains a `source`: the cause is already in the message, and `anyhow`'s `{:#}` would
@@ -160,56 +160,4 @@ pub enum SecretError {
         /// The caller's name for the secret.
         what: String,
     },
-}
-
-/// What went wrong while preparing the embedded default or starting a gateway in-process.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EmbeddedError {
-    /// A file or directory of the layout could not be made, read or written.
-    #[error("{what} {}: {error}", path.display())]
-    Io {
-        /// What was being done: "creating", "reading", "writing".
-        what: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The operating system's error.
-        error: std::io::Error,
-    },
-    /// A key file the operator named is not there. Starting with a fresh key instead would
-    /// store data that the key they meant cannot open.
-    #[error(
-        "key file {} does not exist: create it with `kura keys generate --out {}`, or leave --key-file out to use (or generate) {}",
-        named.display(), named.display(), default.display()
-    )]
-    MissingKeyFile {
-        /// The key file named.
-        named: PathBuf,
-        /// The key file the embedded default would use (or generate) instead.
-        default: PathBuf,
-    },
-    /// The stored credentials file is not what this file writes.
-    #[error("parsing {}: {reason}", path.display())]
-    BadCredentials {
-        /// The credentials file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A key could not be generated or written.
-    #[error("{what} {}: {error}", path.display())]
-    Keys {
-        /// What was being done.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        error: kura_keys::Error,
-    },
-    /// The system's random generator failed.
-    #[error("drawing a random credential: {0}")]
-    Random(kura_keys::Error),
-    /// The in-process gateway did not start.
-    #[error("starting the in-process gateway: {0}")]
-    Start(crate::server::ServerError),
 }
