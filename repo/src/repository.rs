@@ -52,13 +52,27 @@ impl<S: Storage> Repository<S> {
     /// # Errors
     /// `AlreadyExists` when there is a `config`; storage errors.
     pub async fn init(storage: S, params: Params) -> Result<Self> {
+        // The look first gives the common case (a repository is there) its clear error
+        // without writing; the conditional create settles a race between two inits: of
+        // two nodes running "init if missing" exactly one writes `config`, and the other's
+        // ID key, which would make the winner's snapshots unverifiable, is never stored.
         if storage.exists(FileType::Config, "").await? {
             return Err(RepoError::AlreadyExists);
         }
         let config = Config::new(params)?;
-        storage
-            .put(FileType::Config, "", Bytes::from(config.to_json()))
-            .await?;
+        let json = config.to_json();
+        if !storage
+            .create(FileType::Config, "", Bytes::from(json.clone()))
+            .await?
+        {
+            return Err(RepoError::AlreadyExists);
+        }
+        // A store that ignores `If-None-Match` (B2 does not document it) would let the last
+        // writer win: reading back what is stored catches the loser whose write landed
+        // first.
+        if storage.get(FileType::Config, "").await?.as_ref() != json.as_slice() {
+            return Err(RepoError::AlreadyExists);
+        }
         Ok(Self {
             storage: Arc::new(storage),
             config: Arc::new(config),

@@ -56,6 +56,15 @@ pub trait Storage: Send + Sync + 'static {
     /// Stores an object (replacing none: every name but `config` is content-addressed).
     fn put(&self, ft: FileType, name: &str, data: Bytes)
     -> impl Future<Output = Result<()>> + Send;
+    /// Stores an object only if none is there under that name (`If-None-Match: *`), in one
+    /// request, so that of two writers racing for a name exactly one wins. `Ok(false)`
+    /// when an object was already there; nothing is written then.
+    fn create(
+        &self,
+        ft: FileType,
+        name: &str,
+        data: Bytes,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// Reads a whole object.
     fn get(&self, ft: FileType, name: &str) -> impl Future<Output = Result<Bytes>> + Send;
     /// Reads `len` bytes at `offset`.
@@ -294,6 +303,28 @@ impl Storage for S3Storage {
             .await
             .map_err(|e| sdk_error("PutObject", &key, &e))?;
         Ok(())
+    }
+
+    async fn create(&self, ft: FileType, name: &str, data: Bytes) -> Result<bool> {
+        let key = self.key(ft, name);
+        let put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .if_none_match("*")
+            .body(ByteStream::from(data))
+            .customize();
+        let put = if self.sign_payload {
+            put
+        } else {
+            put.disable_payload_signing()
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(false),
+            Err(e) => Err(sdk_error("PutObject", &key, &e)),
+        }
     }
 
     async fn get(&self, ft: FileType, name: &str) -> Result<Bytes> {

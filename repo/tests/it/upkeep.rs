@@ -390,6 +390,14 @@ impl kura_repo::Storage for DeletedBeforeFirstRead {
     async fn put(&self, ft: FileType, name: &str, data: bytes::Bytes) -> kura_repo::Result<()> {
         self.inner.put(ft, name, data).await
     }
+    async fn create(
+        &self,
+        ft: FileType,
+        name: &str,
+        data: bytes::Bytes,
+    ) -> kura_repo::Result<bool> {
+        self.inner.create(ft, name, data).await
+    }
     async fn get(&self, ft: FileType, name: &str) -> kura_repo::Result<bytes::Bytes> {
         if ft == self.ft && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
             self.inner.delete(ft, name).await?;
