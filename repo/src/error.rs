@@ -31,6 +31,24 @@ pub enum RepoError {
         /// How it ended.
         detail: String,
     },
+    /// Another `prune` or `forget` holds the repository's upkeep lease.
+    #[error(
+        "the repository is busy: {command} by {holder} holds its lease (refreshed {age_secs} s ago); try again when it is done"
+    )]
+    Busy {
+        /// Host and process of the holder.
+        holder: String,
+        /// What it runs.
+        command: String,
+        /// Seconds since it last refreshed the lease, in storage time.
+        age_secs: u64,
+    },
+    /// This run's upkeep lease was taken over (it was paused past the lease's lifetime);
+    /// it stopped before deleting anything more.
+    #[error(
+        "another run took over the repository's upkeep lease while this one was paused; stopped before deleting anything more"
+    )]
+    LeaseLost,
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]
     Random,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{RepoError, Result};
 use crate::id::Id;
+use crate::lease::Lease;
 use crate::repository::Repository;
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
@@ -109,16 +110,27 @@ pub async fn forget<S: Storage>(
     policy: KeepPolicy,
     dry_run: bool,
 ) -> Result<(Vec<Id>, Vec<Id>)> {
-    let snaps = repo.snapshots().await?;
-    let (keep, remove) = select(&snaps, policy)?;
-    if !dry_run {
+    if dry_run {
+        let snaps = repo.snapshots().await?;
+        return select(&snaps, policy);
+    }
+    let lease = Lease::acquire(&repo.storage, "forget").await?;
+    let result = async {
+        let snaps = repo.snapshots().await?;
+        let (keep, remove) = select(&snaps, policy)?;
+        lease.check().await?;
         for id in &remove {
             repo.storage
                 .delete(FileType::Snapshot, &id.to_hex())
                 .await?;
         }
+        Ok((keep, remove))
     }
-    Ok((keep, remove))
+    .await;
+    let released = lease.release().await;
+    let kept_and_removed = result?;
+    released?;
+    Ok(kept_and_removed)
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod fsmeta;
 mod id;
 mod include;
 mod index;
+mod lease;
 mod marks;
 mod pack;
 mod progress;

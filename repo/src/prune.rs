@@ -9,7 +9,9 @@
 //! marked pack (`marks.rs`, `marked_packs`): it stores such a blob again. A backup that
 //! started before a mark may have reused the pack's blobs; its snapshot, once written,
 //! makes phase 2 keep the pack, so the grace period must exceed the longest backup
-//! (default 24 h). The marks themselves are `marks.rs`'s.
+//! (default 24 h). The marks themselves are `marks.rs`'s. One prune or forget runs at a
+//! time: each holds the repository's upkeep lease (`lease.rs`) and checks that it still
+//! does before every step that deletes or rewrites.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -19,6 +21,7 @@ use bytes::Bytes;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
+use crate::lease::Lease;
 use crate::marks::{delete_mark, read_marks, write_mark};
 use crate::repository::Repository;
 use crate::storage::{FileType, Storage};
@@ -42,6 +45,21 @@ pub struct PruneReport {
 /// # Errors
 /// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
 pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Result<PruneReport> {
+    let lease = Lease::acquire(&repo.storage, "prune").await?;
+    let result = prune_holding(repo, grace, &lease).await;
+    // A lease left behind would only block the next run until it goes stale.
+    let released = lease.release().await;
+    let report = result?;
+    released?;
+    Ok(report)
+}
+
+/// [`prune`] with the upkeep lease held, checked before each step that deletes or rewrites.
+async fn prune_holding<S: Storage>(
+    repo: &mut Repository<S>,
+    grace: Duration,
+    lease: &Lease<S>,
+) -> Result<PruneReport> {
     let mut report = PruneReport::default();
     // Every index object, kept raw: a blob may be in several packs (two backups stored it
     // at once), and a pack holding any used blob is kept.
@@ -88,6 +106,7 @@ pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Res
             .collect();
         let doomed = last_checks(repo, &indexes, doomed, now, grace).await?;
         report.rescued += mark.packs.len() - doomed.len();
+        lease.check().await?;
         drop_from_index(repo, &mut indexes, &doomed).await?;
         for p in &doomed {
             repo.storage.delete(FileType::Pack, &p.to_hex()).await?;
@@ -106,6 +125,7 @@ pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Res
         .collect();
     if !fresh.is_empty() {
         report.marked = fresh.len();
+        lease.check().await?;
         write_mark(repo, fresh).await?;
     }
     Ok(report)

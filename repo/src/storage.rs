@@ -23,6 +23,8 @@ pub enum FileType {
     Snapshot,
     /// `prune/ID`: packs marked for deletion (FORMAT.md section 9).
     PruneMark,
+    /// `lease/N`: the upkeep lease of generation N (FORMAT.md section 9.1).
+    Lease,
 }
 
 impl FileType {
@@ -36,6 +38,7 @@ impl FileType {
             Self::Index => format!("index/{name}"),
             Self::Snapshot => format!("snapshots/{name}"),
             Self::PruneMark => format!("prune/{name}"),
+            Self::Lease => format!("lease/{name}"),
         }
     }
 
@@ -46,6 +49,7 @@ impl FileType {
             Self::Index => "index/",
             Self::Snapshot => "snapshots/",
             Self::PruneMark => "prune/",
+            Self::Lease => "lease/",
         }
     }
 }

@@ -5,4 +5,5 @@ mod harness;
 
 mod backup_restore;
 mod init;
+mod lease;
 mod upkeep;
