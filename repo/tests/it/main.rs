@@ -4,4 +4,5 @@
 mod harness;
 
 mod backup_restore;
+mod integrity;
 mod upkeep;
