@@ -88,7 +88,9 @@ pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Res
     let now = time::OffsetDateTime::now_utc();
     let mut pending: HashSet<Id> = HashSet::new();
     let mut deleted: HashSet<Id> = HashSet::new();
-    for (name, mark) in read_marks(repo).await? {
+    let marks = read_marks(repo).await?;
+    report.ignored_marks = marks.ignored;
+    for (name, mark) in marks.marks {
         let at =
             time::OffsetDateTime::parse(&mark.time, &time::format_description::well_known::Rfc3339)
                 .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
