@@ -1,13 +1,18 @@
-//! `kura check [--read-data]`: every indexed pack exists; every blob a snapshot uses is
-//! indexed; every directory's names are ones a restore accepts; with `--read-data`, every blob of every pack is read through the gateway and
-//! hashed; and the snapshots and files that use a damaged pack are named.
+//! `kura check [--read-data]`: every indexed pack exists, and each index object's entries
+//! for it match its header (offset, length, type, ID) and its size; every prune mark
+//! matches its name; every blob a snapshot uses is indexed; every directory's names are
+//! ones a restore accepts; with `--read-data`, every blob of every pack is read through
+//! the gateway and hashed; and the snapshots and files that use a damaged pack are named.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::hash_map::Entry::Vacant;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::blob;
 use crate::error::Result;
 use crate::id::Id;
-use crate::pack::{ENTRY_SIZE, TAIL_SIZE, entry_count, parse_header};
+use crate::index::{IndexJson, PackJson};
+use crate::marks::read_marks;
+use crate::pack::{ENTRY_SIZE, TAIL_SIZE, entry_count, parse_header, read_header, size_of};
 use crate::repository::Repository;
 use crate::storage::{FileType, Storage};
 use crate::tree::{Content, NodeType};
@@ -42,7 +47,7 @@ impl CheckReport {
 /// Only when storage cannot be listed at all; damage is reported, not raised.
 pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Result<CheckReport> {
     let mut report = CheckReport::default();
-    let snapshots = repo.snapshots_then_index().await?;
+    let (snapshots, indexes) = repo.snapshots_then_index_objects().await?;
     let repo = &*repo;
     let stored: HashMap<String, u64> = repo
         .storage
@@ -50,6 +55,12 @@ pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Res
         .await?
         .into_iter()
         .collect();
+    compare_headers(repo, &indexes, &stored, &mut report).await;
+    for name in read_marks(repo).await?.ignored {
+        report.problems.push(format!(
+            "prune mark {name} does not match its name: prune and backup ignore it"
+        ));
+    }
     for pack in repo.index.packs() {
         if !stored.contains_key(&pack.to_hex()) {
             report.problems.push(format!(
@@ -67,6 +78,67 @@ pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Res
         walk(repo, &id, &snap.tree, String::new(), &mut seen, &mut report).await;
     }
     Ok(report)
+}
+
+/// Compares each index object's entries for a stored pack with that pack's header and
+/// size (the header read once per pack, two range GETs). A pack whose header cannot be
+/// read is damaged.
+async fn compare_headers<S: Storage>(
+    repo: &Repository<S>,
+    indexes: &BTreeMap<String, IndexJson>,
+    stored: &HashMap<String, u64>,
+    report: &mut CheckReport,
+) {
+    let mut headers: HashMap<Id, Option<PackJson>> = HashMap::new();
+    for (name, idx) in indexes {
+        let short = name.get(..8).unwrap_or(name);
+        for listed in &idx.packs {
+            let Some(&size) = stored.get(&listed.id.to_hex()) else {
+                continue;
+            };
+            let pack = listed.id;
+            if let Vacant(slot) = headers.entry(pack) {
+                let read = match read_header(&*repo.storage, &pack, size).await {
+                    Ok(entries) => {
+                        if size_of(&entries) != size {
+                            report.problems.push(format!(
+                                "pack {}: {size} bytes stored, its header accounts for {}",
+                                pack.short(),
+                                size_of(&entries)
+                            ));
+                        }
+                        Some(PackJson::new(pack, &entries))
+                    }
+                    Err(e) => {
+                        report.problems.push(format!(
+                            "pack {}: its header does not read: {e}",
+                            pack.short()
+                        ));
+                        report.damaged_packs.insert(pack);
+                        None
+                    }
+                };
+                slot.insert(read);
+            }
+            let Some(Some(header)) = headers.get(&pack) else {
+                continue;
+            };
+            let in_header: HashSet<_> = header.blobs.iter().collect();
+            let wrong = listed
+                .blobs
+                .iter()
+                .filter(|b| !in_header.contains(b))
+                .count();
+            if wrong > 0 || listed.blobs.len() != header.blobs.len() {
+                report.problems.push(format!(
+                    "pack {}: index/{short} lists {} blobs, {wrong} of them not as the pack's header has them (offset, length, type or ID); the header has {}",
+                    pack.short(),
+                    listed.blobs.len(),
+                    header.blobs.len()
+                ));
+            }
+        }
+    }
 }
 
 /// Reads one pack whole (it is bounded by the pack size) and verifies every blob.

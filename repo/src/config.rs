@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{RepoError, Result};
-use crate::id::IdKey;
+use crate::id::{Id, IdKey};
 
 /// `version` this program writes and reads.
 pub const VERSION: u32 = 1;
@@ -97,6 +97,13 @@ impl Config {
             created: now_rfc3339(),
             id_key: IdKey::generate()?,
         })
+    }
+
+    /// The ID that names an object (index, snapshot, prune mark) with these bytes: the
+    /// repository's keyed hash of them (FORMAT.md section 3).
+    #[must_use]
+    pub fn object_id(&self, bytes: &[u8]) -> Id {
+        self.id_key.id(bytes)
     }
 
     pub(crate) fn to_json(&self) -> Vec<u8> {

@@ -70,6 +70,17 @@ pub enum RepoError {
     /// retention policy).
     #[error("{0}")]
     Invalid(String),
+    /// Blobs that snapshots use are listed by no index object (one was lost or deleted):
+    /// prune refuses to run, since it would take their packs for unused.
+    #[error(
+        "{} blob(s) that snapshots use are in no index object ({}); prune refuses to run: \
+         `kura repair index` rebuilds the index from the packs",
+        blobs.len(), short_list(blobs)
+    )]
+    Unindexed {
+        /// The blobs' IDs, in hex.
+        blobs: Vec<String>,
+    },
     /// The repository was written by a format version this program does not read.
     #[error("unsupported repository version {0}")]
     Version(u32),
@@ -105,6 +116,20 @@ impl RepoError {
             source,
         }
     }
+}
+
+/// The first few IDs of `ids`, short, and how many more.
+fn short_list(ids: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut s: Vec<String> = ids
+        .iter()
+        .take(SHOWN)
+        .map(|id| id.get(..8).unwrap_or(id).to_string())
+        .collect();
+    if ids.len() > SHOWN {
+        s.push(format!("and {} more", ids.len() - SHOWN));
+    }
+    s.join(", ")
 }
 
 /// Results of repository operations.

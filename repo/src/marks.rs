@@ -30,23 +30,41 @@ pub(crate) struct Mark {
 /// Storage errors, or a mark that does not parse.
 pub(crate) async fn marked_packs<S: Storage>(repo: &Repository<S>) -> Result<HashSet<Id>> {
     let marks = read_marks(repo).await?;
-    Ok(marks.into_iter().flat_map(|(_, m)| m.packs).collect())
+    Ok(marks.marks.into_iter().flat_map(|(_, m)| m.packs).collect())
 }
 
-/// Every prune mark, by name. A mark listed and then deleted (by a prune's phase 2) before
-/// it is read is gone, not an error.
-pub(crate) async fn read_marks<S: Storage>(repo: &Repository<S>) -> Result<Vec<(String, Mark)>> {
-    let mut marks = Vec::new();
+/// The prune marks read, and those ignored.
+pub(crate) struct Marks {
+    /// Every mark whose content matches its name, by name.
+    pub(crate) marks: Vec<(String, Mark)>,
+    /// The names of marks whose content does not match their name (damaged, or not
+    /// written by kura). Every reader ignores them alike, which is safe: no prune deletes
+    /// by them, and a pack they list that is still unused is marked afresh (a new grace
+    /// period). Refusing instead would stop every backup until someone deletes the mark.
+    pub(crate) ignored: Vec<String>,
+}
+
+/// Every prune mark, by name, each checked against its name (FORMAT.md section 9). A mark
+/// listed and then deleted (by a prune's phase 2) before it is read is gone, not an error.
+pub(crate) async fn read_marks<S: Storage>(repo: &Repository<S>) -> Result<Marks> {
+    let mut read = Marks {
+        marks: Vec::new(),
+        ignored: Vec::new(),
+    };
     for (name, _) in repo.storage.list(FileType::PruneMark).await? {
         let bytes = match repo.storage.get(FileType::PruneMark, &name).await {
             Err(RepoError::NotFound(_)) => continue,
             got => got?,
         };
+        if repo.config.id_key.id(&bytes).to_hex() != name {
+            read.ignored.push(name);
+            continue;
+        }
         let mark: Mark = serde_json::from_slice(&bytes)
             .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
-        marks.push((name, mark));
+        read.marks.push((name, mark));
     }
-    Ok(marks)
+    Ok(read)
 }
 
 /// Stores a mark of `packs`, dated now.

@@ -1,9 +1,10 @@
 //! Packs (FORMAT.md section 6): blobs one after another, then their header, entry count and
-//! magic at the end.
+//! magic at the end; building one, and reading a stored one's header.
 
 use crate::blob::{BlobType, Compression};
 use crate::error::{RepoError, Result};
 use crate::id::{ID_SIZE, Id, IdKey};
+use crate::storage::{FileType, Storage};
 
 /// `PACK_MAGIC`.
 pub const PACK_MAGIC: [u8; 4] = *b"KPK1";
@@ -159,6 +160,46 @@ pub fn parse_header(what: &str, header: &[u8]) -> Result<Vec<Entry>> {
             })
         })
         .collect()
+}
+
+/// Reads the header of the stored pack `pack` of `size` bytes (from a listing): its tail,
+/// then the entries before it, two range GETs.
+///
+/// # Errors
+/// Storage errors; a pack too short for the header its tail announces, or a bad header.
+pub(crate) async fn read_header<S: Storage>(
+    storage: &S,
+    pack: &Id,
+    size: u64,
+) -> Result<Vec<Entry>> {
+    let what = format!("pack {}", pack.short());
+    let tail_len = TAIL_SIZE as u64;
+    let tail_at = size
+        .checked_sub(tail_len)
+        .ok_or_else(|| RepoError::corrupt(&what, "too short"))?;
+    let name = pack.to_hex();
+    let tail = storage
+        .get_range(FileType::Pack, &name, tail_at, tail_len)
+        .await?;
+    let count = entry_count(&what, &tail)?;
+    let header_len = (count as u64)
+        .checked_mul(ENTRY_SIZE as u64)
+        .filter(|n| *n <= tail_at)
+        .ok_or_else(|| RepoError::corrupt(&what, "header longer than the pack"))?;
+    if header_len == 0 {
+        return Ok(Vec::new());
+    }
+    let header = storage
+        .get_range(FileType::Pack, &name, tail_at - header_len, header_len)
+        .await?;
+    parse_header(&what, &header)
+}
+
+/// The size of a pack with these header entries: its blobs, header and tail.
+#[must_use]
+pub(crate) fn size_of(entries: &[Entry]) -> u64 {
+    let blobs: u64 = entries.iter().map(|e| u64::from(e.length)).sum();
+    blobs + (entries.len() * ENTRY_SIZE + TAIL_SIZE) as u64
 }
 
 #[cfg(test)]

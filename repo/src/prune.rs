@@ -38,12 +38,17 @@ pub struct PruneReport {
     pub deleted_bytes: u64,
     /// Marked packs that a snapshot uses again, unmarked.
     pub rescued: usize,
+    /// Marks whose content does not match their name, ignored (neither acted on nor
+    /// deleted): their packs are marked afresh if still unused.
+    pub ignored_marks: Vec<String>,
 }
 
 /// Runs both phases.
 ///
 /// # Errors
-/// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used).
+/// Storage errors, corrupt snapshots or trees (prune refuses to guess what is used);
+/// `Unindexed` when a blob a snapshot uses is in no index object (its pack would look
+/// unused), before anything is marked or deleted.
 pub async fn prune<S: Storage>(repo: &mut Repository<S>, grace: Duration) -> Result<PruneReport> {
     let lease = Lease::acquire(&repo.storage, "prune").await?;
     let result = prune_holding(repo, grace, &lease).await;
@@ -66,12 +71,23 @@ async fn prune_holding<S: Storage>(
     let (snaps, mut indexes) = repo.snapshots_then_index_objects().await?;
     let used = used_blobs(repo, snaps.into_iter().map(|(_, s)| s.tree).collect()).await?;
     let mut needed: HashSet<Id> = HashSet::new();
+    let mut unindexed = used.clone();
     for idx in indexes.values() {
         for p in &idx.packs {
             if p.blobs.iter().any(|b| used.contains(&b.1)) {
                 needed.insert(p.id);
             }
+            for b in &p.blobs {
+                unindexed.remove(&b.1);
+            }
         }
+    }
+    // A used blob that no index object lists is in a pack prune cannot tell from an unused
+    // one (its index object was lost): deleting would destroy it. Refuse before any write.
+    if !unindexed.is_empty() {
+        let mut blobs: Vec<String> = unindexed.iter().map(Id::to_hex).collect();
+        blobs.sort_unstable();
+        return Err(RepoError::Unindexed { blobs });
     }
     let stored: BTreeMap<Id, u64> = repo
         .storage
@@ -90,7 +106,9 @@ async fn prune_holding<S: Storage>(
     let now = time::OffsetDateTime::now_utc();
     let mut pending: HashSet<Id> = HashSet::new();
     let mut deleted: HashSet<Id> = HashSet::new();
-    for (name, mark) in read_marks(repo).await? {
+    let marks = read_marks(repo).await?;
+    report.ignored_marks = marks.ignored;
+    for (name, mark) in marks.marks {
         let at =
             time::OffsetDateTime::parse(&mark.time, &time::format_description::well_known::Rfc3339)
                 .map_err(|e| RepoError::corrupt(format!("prune/{name}"), e))?;
@@ -166,11 +184,12 @@ async fn drop_from_index<S: Storage>(
     Ok(())
 }
 
-/// Every blob any snapshot uses (trees and content).
+/// Every blob any snapshot uses (trees and content). A tree that is not in the index is
+/// counted as used without being read (the caller refuses to go on).
 async fn used_blobs<S: Storage>(repo: &Repository<S>, mut trees: Vec<Id>) -> Result<HashSet<Id>> {
     let mut used = HashSet::new();
     while let Some(t) = trees.pop() {
-        if !used.insert(t) {
+        if !used.insert(t) || !repo.index.contains(&t) {
             continue;
         }
         for node in repo.read_tree(&t).await?.nodes {

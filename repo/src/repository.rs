@@ -375,7 +375,10 @@ impl<S: Storage> Repository<S> {
             .map_err(|e| RepoError::corrupt(format!("snapshot {}", id.short()), e))
     }
 
-    /// All snapshots, oldest first.
+    /// All snapshots, oldest first: by the instant of their time (RFC 3339, any offset),
+    /// then by ID; a time that does not parse sorts first, so `latest` is never a guess.
+    /// A snapshot listed and then deleted (a `forget` running beside) before it is read is
+    /// gone, not an error.
     ///
     /// # Errors
     /// Storage errors; corrupt snapshots.
@@ -383,9 +386,12 @@ impl<S: Storage> Repository<S> {
         let mut out = Vec::new();
         for (name, _) in self.storage.list(FileType::Snapshot).await? {
             let id = Id::from_hex(&name)?;
-            out.push((id, self.load_snapshot(&id).await?));
+            match self.load_snapshot(&id).await {
+                Err(RepoError::NotFound(_)) => {}
+                got => out.push((id, got?)),
+            }
         }
-        out.sort_by(|a, b| a.1.time.cmp(&b.1.time));
+        out.sort_by_cached_key(|(id, s)| (s.instant(), *id));
         Ok(out)
     }
 

@@ -53,3 +53,11 @@ pub struct Snapshot {
     /// Program and version.
     pub program: String,
 }
+
+impl Snapshot {
+    /// The instant of `time` (RFC 3339 with any offset), `None` when it does not parse.
+    #[must_use]
+    pub fn instant(&self) -> Option<time::OffsetDateTime> {
+        time::OffsetDateTime::parse(&self.time, &time::format_description::well_known::Rfc3339).ok()
+    }
+}

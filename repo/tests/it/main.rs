@@ -5,5 +5,6 @@ mod harness;
 
 mod backup_restore;
 mod init;
+mod integrity;
 mod lease;
 mod upkeep;

@@ -10,7 +10,7 @@ use kura_repo::{
 use crate::backup_restore::{opts, small_params};
 use crate::harness::{Env, pseudo_random};
 
-fn pack_count(env: &Env, prefix: &str) -> usize {
+pub(crate) fn pack_count(env: &Env, prefix: &str) -> usize {
     env.stored_files()
         .iter()
         .filter(|f| f.to_string_lossy().contains(&format!("/{prefix}/data/")))
@@ -92,7 +92,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
 }
 
 /// Runs prune twice with no grace period: marks, then deletes.
-async fn prune_deletes_what_it_marked(repo: &mut Repository<kura_repo::S3Storage>) {
+pub(crate) async fn prune_deletes_what_it_marked(repo: &mut Repository<kura_repo::S3Storage>) {
     prune(repo, Duration::ZERO).await.unwrap();
     let report = prune(repo, Duration::ZERO).await.unwrap();
     assert!(report.deleted > 0, "{report:?}");
@@ -300,11 +300,12 @@ async fn prune_keeps_a_marked_pack_that_was_written_again_within_the_grace_perio
         .await
         .unwrap();
     let mark = serde_json::json!({ "time": "2026-01-01T00:00:00Z", "packs": [pack.to_hex()] });
+    let mark = mark.to_string().into_bytes();
     repo.storage()
         .put(
             kura_repo::FileType::PruneMark,
-            &"ab".repeat(32),
-            bytes::Bytes::from(mark.to_string()),
+            &repo.config().object_id(&mark).to_hex(),
+            bytes::Bytes::from(mark),
         )
         .await
         .unwrap();
@@ -366,14 +367,14 @@ async fn diff_lists_added_removed_and_changed_paths() {
 /// Fault injection no real server times on demand: the first object of type `ft` read is
 /// deleted just before it is read, as a prune does between another's listing and read
 /// (an index object it replaced, a mark it finished).
-struct DeletedBeforeFirstRead {
+pub(crate) struct DeletedBeforeFirstRead {
     inner: kura_repo::S3Storage,
     ft: FileType,
     done: std::sync::atomic::AtomicBool,
 }
 
 impl DeletedBeforeFirstRead {
-    fn new(inner: kura_repo::S3Storage, ft: FileType) -> Self {
+    pub(crate) fn new(inner: kura_repo::S3Storage, ft: FileType) -> Self {
         Self {
             inner,
             ft,
@@ -381,7 +382,7 @@ impl DeletedBeforeFirstRead {
         }
     }
 
-    fn deleted(&self) -> bool {
+    pub(crate) fn deleted(&self) -> bool {
         self.done.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
