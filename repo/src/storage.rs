@@ -199,6 +199,38 @@ impl S3Storage {
         }
     }
 
+    /// One PutObject; with `if_absent`, conditional on no object being there
+    /// (`If-None-Match: *`). `Ok(false)` when that condition failed (412).
+    async fn put_object(
+        &self,
+        ft: FileType,
+        name: &str,
+        data: Bytes,
+        if_absent: bool,
+    ) -> Result<bool> {
+        let key = self.key(ft, name);
+        let put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .set_if_none_match(if_absent.then(|| "*".to_string()))
+            .body(ByteStream::from(data))
+            .customize();
+        let put = if self.sign_payload {
+            put
+        } else {
+            put.disable_payload_signing()
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if if_absent && e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error("PutObject", &key, &e)),
+        }
+    }
+
     /// Creates the bucket if it does not exist (for `kura init`).
     ///
     /// # Errors
@@ -290,45 +322,11 @@ where
 
 impl Storage for S3Storage {
     async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
-        let key = self.key(ft, name);
-        let put = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .body(ByteStream::from(data))
-            .customize();
-        let put = if self.sign_payload {
-            put
-        } else {
-            put.disable_payload_signing()
-        };
-        put.send()
-            .await
-            .map_err(|e| sdk_error("PutObject", &key, &e))?;
-        Ok(())
+        self.put_object(ft, name, data, false).await.map(drop)
     }
 
     async fn create(&self, ft: FileType, name: &str, data: Bytes) -> Result<bool> {
-        let key = self.key(ft, name);
-        let put = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .if_none_match("*")
-            .body(ByteStream::from(data))
-            .customize();
-        let put = if self.sign_payload {
-            put
-        } else {
-            put.disable_payload_signing()
-        };
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(false),
-            Err(e) => Err(sdk_error("PutObject", &key, &e)),
-        }
+        self.put_object(ft, name, data, true).await
     }
 
     async fn get(&self, ft: FileType, name: &str) -> Result<Bytes> {
