@@ -119,9 +119,10 @@ pub struct ForgetArgs {
 pub struct PruneArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// How long a mark waits before its packs are deleted; must exceed the longest backup.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
-    pub grace: std::time::Duration,
+    /// How long a mark waits before its packs are deleted: the repository's grace period
+    /// (set at init, 24h by default) unless this is longer; shorter is refused.
+    #[arg(long, value_parser = parse_duration)]
+    pub grace: Option<std::time::Duration>,
 }
 
 /// `90s`, `15m`, `24h`, `7d`, or plain seconds.
@@ -195,6 +196,14 @@ pub struct InitArgs {
     /// Target pack size, in MiB.
     #[arg(long, default_value_t = 16)]
     pub pack_mib: u32,
+    /// The shortest time a prune mark waits before its packs are deleted; `kura prune
+    /// --grace` may lengthen it, never shorten it.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
+    /// How long a running backup's session stays live without a refresh: a backup paused
+    /// or cut off from the storage for longer keeps no snapshot.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub session_timeout: std::time::Duration,
 }
 
 #[derive(Args, Debug)]

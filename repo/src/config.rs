@@ -1,5 +1,7 @@
 //! The `config` object (FORMAT.md section 4).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{RepoError, Result};
@@ -7,6 +9,14 @@ use crate::id::{Id, IdKey};
 
 /// `version` this program writes and reads.
 pub const VERSION: u32 = 1;
+
+/// The grace period of a repository whose config names none (FORMAT.md section 9).
+pub const DEFAULT_GRACE: Duration = Duration::from_hours(24);
+/// The session timeout of a repository whose config names none (FORMAT.md section 9.2).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_mins(30);
+/// The shortest session timeout: a session is refreshed five times per timeout, and
+/// storage times have one-second steps.
+const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// FastCDC sizes, bytes.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -28,6 +38,11 @@ pub struct Params {
     pub block_size: u32,
     /// Target pack size.
     pub pack_size: u32,
+    /// The shortest time a prune mark waits before its packs may be deleted; `kura prune
+    /// --grace` may lengthen it, never shorten it.
+    pub grace: Duration,
+    /// How long a backup's session stays live without a refresh (storage time).
+    pub session_timeout: Duration,
 }
 
 impl Default for Params {
@@ -40,6 +55,8 @@ impl Default for Params {
             },
             block_size: 1 << 20,
             pack_size: 16 << 20,
+            grace: DEFAULT_GRACE,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
         }
     }
 }
@@ -53,6 +70,20 @@ struct ConfigJson {
     block_size: u32,
     pack_size: u32,
     created: String,
+    /// Absent in configs written before sessions: [`DEFAULT_GRACE`].
+    #[serde(default = "default_grace_secs")]
+    grace_secs: u64,
+    /// Absent in configs written before sessions: [`DEFAULT_SESSION_TIMEOUT`].
+    #[serde(default = "default_session_timeout_secs")]
+    session_timeout_secs: u64,
+}
+
+fn default_grace_secs() -> u64 {
+    DEFAULT_GRACE.as_secs()
+}
+
+fn default_session_timeout_secs() -> u64 {
+    DEFAULT_SESSION_TIMEOUT.as_secs()
 }
 
 /// A repository's configuration, with its ID key.
@@ -90,6 +121,12 @@ impl Config {
                     .into(),
             ));
         }
+        if params.session_timeout < MIN_SESSION_TIMEOUT {
+            return Err(RepoError::Invalid(format!(
+                "a session timeout of {:?} is below the minimum of {MIN_SESSION_TIMEOUT:?}",
+                params.session_timeout
+            )));
+        }
         let id = IdKey::generate()?.id(b"repository id").short();
         Ok(Self {
             id,
@@ -115,6 +152,8 @@ impl Config {
             block_size: self.params.block_size,
             pack_size: self.params.pack_size,
             created: self.created.clone(),
+            grace_secs: self.params.grace.as_secs(),
+            session_timeout_secs: self.params.session_timeout.as_secs(),
         };
         serde_json::to_vec_pretty(&json).expect("config serializes")
     }
@@ -131,6 +170,9 @@ impl Config {
                 chunker: json.chunker,
                 block_size: json.block_size,
                 pack_size: json.pack_size,
+                grace: Duration::from_secs(json.grace_secs),
+                session_timeout: Duration::from_secs(json.session_timeout_secs)
+                    .max(MIN_SESSION_TIMEOUT),
             },
             created: json.created,
             id_key: IdKey::from_hex(&zeroize::Zeroizing::new(json.id_key))?,

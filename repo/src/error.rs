@@ -49,6 +49,32 @@ pub enum RepoError {
         "another run took over the repository's upkeep lease while this one was paused; stopped before deleting anything more"
     )]
     LeaseLost,
+    /// A backup's session went stale (the process was paused, or cut off from the
+    /// storage, for longer than the session timeout): a prune may meanwhile have deleted
+    /// packs it relies on, so it wrote no snapshot, or deleted the one it wrote.
+    #[error(
+        "this backup's session lapsed: it was paused or cut off from the storage for {gap_secs} s, \
+         longer than the repository's session timeout ({timeout_secs} s), so a prune may have \
+         deleted data it relies on; no snapshot was kept. Run the backup again: it reuses \
+         what was uploaded"
+    )]
+    SessionLapsed {
+        /// The longest gap between two refreshes of the session, in storage seconds.
+        gap_secs: u64,
+        /// The session timeout.
+        timeout_secs: u64,
+    },
+    /// A grace period shorter than the repository's minimum (its config).
+    #[error(
+        "a grace period of {asked_secs} s is shorter than this repository's minimum of {min_secs} s \
+         (set at init); a flag may lengthen the grace period, never shorten it"
+    )]
+    GraceTooShort {
+        /// The grace period asked for.
+        asked_secs: u64,
+        /// The repository's.
+        min_secs: u64,
+    },
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]
     Random,

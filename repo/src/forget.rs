@@ -114,7 +114,7 @@ pub async fn forget<S: Storage>(
         let snaps = repo.snapshots().await?;
         return select(&snaps, policy);
     }
-    let lease = Lease::acquire(&repo.storage, "forget").await?;
+    let lease = Lease::acquire(&repo.storage, "forget", &repo.progress).await?;
     let result = async {
         let snaps = repo.snapshots().await?;
         let (keep, remove) = select(&snaps, policy)?;

@@ -17,7 +17,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::clock;
 use crate::error::{RepoError, Result};
+use crate::progress::Progress;
 use crate::storage::{FileType, Storage};
 
 /// How long a lease lives without being refreshed.
@@ -42,6 +44,9 @@ struct LeaseJson {
 pub(crate) struct Lease<S: Storage> {
     storage: Arc<S>,
     generation: u64,
+    /// Names this run's clock probes.
+    token: String,
+    progress: Arc<Progress>,
     refresher: tokio::task::JoinHandle<()>,
 }
 
@@ -63,22 +68,6 @@ async fn generations<S: Storage>(storage: &S) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// The storage's clock: the Last-Modified of a probe object written now.
-async fn storage_now<S: Storage>(storage: &S, token: &str) -> Result<i64> {
-    let name = format!("clock-{token}");
-    storage
-        .put(FileType::Lease, &name, Bytes::from_static(b"{}"))
-        .await?;
-    let now = storage.modified(FileType::Lease, &name).await?;
-    storage.delete(FileType::Lease, &name).await?;
-    now.ok_or_else(|| RepoError::Storage {
-        op: "HeadObject",
-        key: name,
-        detail: "a probe object just written is not there (the storage must read after write)"
-            .into(),
-    })
-}
-
 fn holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "unknown host".into(), |h| h.trim().to_string());
@@ -90,10 +79,12 @@ impl<S: Storage> Lease<S> {
     ///
     /// # Errors
     /// [`RepoError::Busy`], naming the holder, when a live lease is there; storage errors.
-    pub(crate) async fn acquire(storage: &Arc<S>, command: &str) -> Result<Self> {
-        let mut token = [0u8; 16];
-        kura_keys::rand::fill(&mut token).map_err(|_| RepoError::Random)?;
-        let token = hex::encode(token);
+    pub(crate) async fn acquire(
+        storage: &Arc<S>,
+        command: &str,
+        progress: &Arc<Progress>,
+    ) -> Result<Self> {
+        let token = clock::token()?;
         let body = Bytes::from(
             serde_json::to_vec(&LeaseJson {
                 holder: holder(),
@@ -104,7 +95,7 @@ impl<S: Storage> Lease<S> {
             .expect("a lease serializes"),
         );
         let present = generations(storage.as_ref()).await?;
-        let now = storage_now(storage.as_ref(), &token).await?;
+        let now = clock::storage_now(storage.as_ref(), FileType::Lease, &token, progress).await?;
         for &g in &present {
             if let Some(busy) = live(storage.as_ref(), g, now).await? {
                 return Err(busy);
@@ -142,8 +133,24 @@ impl<S: Storage> Lease<S> {
         Ok(Self {
             storage: storage.clone(),
             generation,
+            token,
+            progress: progress.clone(),
             refresher,
         })
+    }
+
+    /// The storage's clock now (FORMAT.md section 9.3), in Unix seconds.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub(crate) async fn storage_now(&self) -> Result<i64> {
+        clock::storage_now(
+            self.storage.as_ref(),
+            FileType::Lease,
+            &self.token,
+            &self.progress,
+        )
+        .await
     }
 
     /// Whether this run still holds the lease: its object is there and no newer

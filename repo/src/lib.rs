@@ -16,7 +16,8 @@
 //!   (`restore/`: the tree walk, writing a file, direct I/O, fetching): the two
 //!   directions.
 //! - [`check()`], [`forget()`], [`prune()`]: upkeep; prune's marks, which backups read too,
-//!   are `marks.rs`'s.
+//!   are `marks.rs`'s; the upkeep lease `lease.rs`'s, backups' sessions `session.rs`'s,
+//!   and the storage's clock, by which all of them age, `clock.rs`'s.
 //! - Formats: `config.rs`, `id.rs`, `blob.rs`, `pack.rs`, `index.rs`, `tree.rs`,
 //!   `snapshot.rs`; chunking `cdc.rs`; errors [`RepoError`].
 
@@ -24,6 +25,7 @@ mod backup;
 mod blob;
 mod cdc;
 mod check;
+mod clock;
 mod config;
 mod diff;
 mod error;
@@ -39,6 +41,7 @@ mod progress;
 mod prune;
 mod repository;
 mod restore;
+mod session;
 mod snapshot;
 mod storage;
 mod tree;
@@ -46,7 +49,7 @@ mod tree;
 pub use backup::{Options as BackupOptions, Source, backup};
 pub use blob::{BlobType, Compression};
 pub use check::{CheckReport, check};
-pub use config::{ChunkerSizes, Config, Params};
+pub use config::{ChunkerSizes, Config, DEFAULT_GRACE, DEFAULT_SESSION_TIMEOUT, Params};
 pub use diff::{Change, diff};
 pub use error::{RepoError, Result};
 pub use forget::{KeepPolicy, forget};

@@ -64,6 +64,24 @@ impl PackWriter {
         }
     }
 
+    /// The writer of a finished pack (`bytes` and `entries` from [`PackWriter::finish`]),
+    /// open again for more blobs.
+    #[must_use]
+    pub fn reopen(mut bytes: Vec<u8>, entries: Vec<Entry>) -> Self {
+        let blobs: usize = entries.iter().map(|e| e.length as usize).sum();
+        bytes.truncate(blobs);
+        Self {
+            data: bytes,
+            entries,
+        }
+    }
+
+    /// Whether the pack holds blob `id`.
+    #[must_use]
+    pub fn contains(&self, id: &Id) -> bool {
+        self.entries.iter().any(|e| e.id == *id)
+    }
+
     /// Bytes of blobs so far.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -2,15 +2,30 @@
 //! them as a progress bar on a terminal). Written with relaxed atomics by the worker and
 //! read from any thread; they are a view, never an input to the work.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Counters shared by a [`crate::Repository`] handle and its clones.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Progress {
     files: AtomicU64,
     bytes: AtomicU64,
     bytes_new: AtomicU64,
     total: AtomicU64,
+    /// This host's clock minus the storage's, in seconds, as last measured; `i64::MIN`
+    /// before any measurement.
+    clock_skew: AtomicI64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            files: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            bytes_new: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            clock_skew: AtomicI64::new(i64::MIN),
+        }
+    }
 }
 
 impl Progress {
@@ -51,6 +66,19 @@ impl Progress {
 
     pub(crate) fn set_total(&self, total: u64) {
         self.total.store(total, Relaxed);
+    }
+
+    /// How many seconds this host's clock is ahead of the storage's (behind when
+    /// negative), when that is more than the repository tolerates without a word
+    /// (2 minutes): snapshot times come from this host's clock. `None` when within it, or
+    /// not measured (only commands that take a lease or a session measure it).
+    pub fn clock_skew(&self) -> Option<i64> {
+        let skew = self.clock_skew.load(Relaxed);
+        (skew != i64::MIN && skew.abs() > crate::clock::SKEW_WARNING_SECS).then_some(skew)
+    }
+
+    pub(crate) fn set_clock_skew(&self, skew: i64) {
+        self.clock_skew.store(skew.max(i64::MIN + 1), Relaxed);
     }
 
     /// Zeroes every counter (a handle reused for a second operation).

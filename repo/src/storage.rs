@@ -25,6 +25,8 @@ pub enum FileType {
     PruneMark,
     /// `lease/N`: the upkeep lease of generation N (FORMAT.md section 9.1).
     Lease,
+    /// `session/TOKEN`: a running backup's session (FORMAT.md section 9.2).
+    Session,
 }
 
 impl FileType {
@@ -39,6 +41,7 @@ impl FileType {
             Self::Snapshot => format!("snapshots/{name}"),
             Self::PruneMark => format!("prune/{name}"),
             Self::Lease => format!("lease/{name}"),
+            Self::Session => format!("session/{name}"),
         }
     }
 
@@ -50,6 +53,7 @@ impl FileType {
             Self::Snapshot => "snapshots/",
             Self::PruneMark => "prune/",
             Self::Lease => "lease/",
+            Self::Session => "session/",
         }
     }
 }

@@ -98,6 +98,14 @@ fn init_backup_snapshots_and_restore_through_a_gateway_process() {
     let again = kura(&gw, &["init"], None);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    // The repository's grace period (24 h by default) is a floor for every prune.
+    let short = kura(&gw, &["prune", "--grace", "1h"], None);
+    assert!(!short.status.success());
+    let err = String::from_utf8_lossy(&short.stderr);
+    assert!(
+        err.contains("shorter than this repository's minimum of 86400 s"),
+        "{err}"
+    );
 
     let src = tempfile::tempdir().unwrap();
     tree(src.path());
@@ -369,7 +377,11 @@ fn a_wrong_endpoint_bad_credentials_or_a_missing_repository_is_one_clear_line() 
 #[test]
 fn incremental_backup_ls_forget_prune_and_check() {
     let gw = gateway();
-    ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
+    ok(&kura(
+        &gw,
+        &["init", "--pack-mib", "4", "--grace", "0s"],
+        None,
+    ));
     let src = tempfile::tempdir().unwrap();
     tree(src.path());
     let path = src.path().to_str().unwrap();
@@ -623,7 +635,11 @@ fn an_unreadable_path_makes_an_incomplete_snapshot_and_a_failing_exit() {
 #[test]
 fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
     let gw = gateway();
-    ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
+    ok(&kura(
+        &gw,
+        &["init", "--pack-mib", "4", "--grace", "0s"],
+        None,
+    ));
     // Garbage for prune: a snapshot with a unique file, then forgotten.
     let old = tempfile::tempdir().unwrap();
     std::fs::write(old.path().join("gone.bin"), pseudo_random(3 << 20, 99)).unwrap();

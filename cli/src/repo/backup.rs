@@ -49,6 +49,7 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         let bar = crate::progress::start(repo.progress().clone(), "backup");
         let result = kura_repo::backup(&mut repo, source, opts).await;
         drop(bar);
+        super::warn_clock_skew(&repo);
         let (id, snap) = result.context("backup failed")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "id": id.to_hex(), "snapshot": snap }))?);

@@ -12,6 +12,8 @@ pub fn run(args: &InitArgs) -> Result<()> {
     params.chunker.max = params.chunker.avg.saturating_mul(4);
     params.block_size = args.block_kib.saturating_mul(1024);
     params.pack_size = args.pack_mib.saturating_mul(1 << 20);
+    params.grace = args.grace;
+    params.session_timeout = args.session_timeout;
     super::runtime()?.block_on(async {
         let conn = super::connect(&args.repo).await?;
         conn.storage

@@ -111,3 +111,20 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()
         .context("starting the async runtime")
 }
+
+/// Tells the user when this host's clock is far from the storage's (measured by commands
+/// that take a lease or a session): snapshot times are this host's, and `forget`'s
+/// time-based rules judge them.
+pub fn warn_clock_skew<S: kura_repo::Storage>(repo: &kura_repo::Repository<S>) {
+    if let Some(skew) = repo.progress().clock_skew() {
+        let (ahead, secs) = if skew > 0 {
+            ("ahead of", skew)
+        } else {
+            ("behind", -skew)
+        };
+        eprintln!(
+            "kura: warning: this host's clock is {secs} s {ahead} the storage's; snapshot times \
+             come from this clock (kura judges every age by the storage's clock)"
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! `kura prune [--grace 24h]`: marks unused packs, deletes those marked long enough ago.
+//! `kura prune [--grace DURATION]`: marks unused packs, deletes those marked long enough
+//! ago (the repository's grace period unless a longer one is given).
 
 use anyhow::Result;
 
@@ -7,7 +8,10 @@ use crate::args::PruneArgs;
 pub fn run(args: &PruneArgs) -> Result<()> {
     super::runtime()?.block_on(async {
         let (mut repo, _conn) = super::open(&args.repo).await?;
-        let r = kura_repo::prune(&mut repo, args.grace).await?;
+        let grace = args.grace.unwrap_or(repo.config().params.grace);
+        let r = kura_repo::prune(&mut repo, grace).await;
+        super::warn_clock_skew(&repo);
+        let r = r?;
         for name in &r.ignored_marks {
             eprintln!(
                 "kura: warning: prune mark {name} does not match its name; ignored (delete prune/{name} once checked)"
@@ -18,9 +22,21 @@ pub fn run(args: &PruneArgs) -> Result<()> {
             r.marked,
             r.deleted,
             r.deleted_bytes,
-            args.grace.as_secs(),
+            grace.as_secs(),
             r.rescued
         );
+        if r.waiting > 0 {
+            println!(
+                "{} marked packs wait for backups that started before their mark",
+                r.waiting
+            );
+        }
+        if r.stale_sessions > 0 {
+            println!(
+                "removed {} stale backup sessions (backups that died or were paused past the session timeout)",
+                r.stale_sessions
+            );
+        }
         Ok(())
     })
 }

@@ -28,6 +28,7 @@ use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
+use crate::session::Session;
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 use packer::Packer;
@@ -47,7 +48,7 @@ pub struct Options {
     pub parent: Option<Id>,
 }
 
-/// Runs a backup and writes its snapshot.
+/// Runs a backup and writes its snapshot, within a session (FORMAT.md section 9.2).
 ///
 /// # Panics
 /// Outside a tokio runtime.
@@ -55,11 +56,60 @@ pub struct Options {
 /// # Errors
 /// Storage errors end the backup (nothing after the last written index is referenced);
 /// unreadable files do not: they are listed in the snapshot, which is then `incomplete`.
+/// `SessionLapsed` when the session went stale (the process was paused, or cut off from
+/// the storage, past the session timeout): no snapshot is kept.
 pub async fn backup<S: Storage>(
     repo: &mut Repository<S>,
     source: Source,
     opts: Options,
 ) -> Result<(Id, Snapshot)> {
+    // The session first: a prune keeps every mark written after it started, and the marks
+    // this backup reads next are all written before that or seen by it.
+    let session = Session::open(
+        &repo.storage,
+        repo.config.params.session_timeout,
+        &repo.progress,
+    )
+    .await?;
+    let result = match in_session(repo, source, opts).await {
+        Ok(snap) => write_snapshot(repo, &session, snap).await,
+        Err(e) => Err(e),
+    };
+    // A session left behind only goes stale; the backup's own outcome matters more.
+    let closed = session.close().await;
+    let written = result?;
+    closed?;
+    Ok(written)
+}
+
+/// Stores the snapshot, if the session never lapsed before or while it was written: a
+/// prune may have deleted what it uses otherwise (the snapshot is then deleted again).
+async fn write_snapshot<S: Storage>(
+    repo: &Repository<S>,
+    session: &Session<S>,
+    snap: Snapshot,
+) -> Result<(Id, Snapshot)> {
+    session.confirm().await?;
+    let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
+    let id = repo.config.id_key.id(&bytes);
+    repo.storage
+        .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes))
+        .await?;
+    // Paused between the check above and the write: the snapshot may name deleted packs.
+    if let Err(e) = session.confirm().await {
+        // Best effort: if this fails too, `check` names the snapshot.
+        let _ = repo.storage.delete(FileType::Snapshot, &id.to_hex()).await;
+        return Err(e);
+    }
+    Ok((id, snap))
+}
+
+/// The backup up to its snapshot: the source's blobs and trees stored and indexed.
+async fn in_session<S: Storage>(
+    repo: &mut Repository<S>,
+    source: Source,
+    opts: Options,
+) -> Result<Snapshot> {
     let handle = Handle::current();
     // Marks first, then the index: a prune that deletes a marked pack rewrites the index
     // before it deletes the mark, so a mark gone by now means an index read now no longer
@@ -100,13 +150,13 @@ pub async fn backup<S: Storage>(
     result
 }
 
-/// The whole backup: the source, the last packs and index, then the snapshot.
+/// The whole backup but the snapshot's write: the source, the last packs and index.
 fn run<S: Storage>(
     w: &mut Walker<S>,
     source: Source,
     opts: Options,
     parent_root: Option<Id>,
-) -> Result<(Id, Snapshot)> {
+) -> Result<Snapshot> {
     let started = now_rfc3339();
     let parent = match parent_root {
         Some(t) => Some(w.packer.handle().block_on(w.packer.repo().read_tree(&t))?),
@@ -126,13 +176,5 @@ fn run<S: Storage>(
         summary: w.take_summary(),
         program: format!("kura {}", env!("CARGO_PKG_VERSION")),
     };
-    let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
-    let repo = w.packer.repo();
-    let id = repo.config.id_key.id(&bytes);
-    w.packer.handle().block_on(repo.storage.put(
-        FileType::Snapshot,
-        &id.to_hex(),
-        Bytes::from(bytes),
-    ))?;
-    Ok((id, snap))
+    Ok(snap)
 }

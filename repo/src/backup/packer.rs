@@ -3,7 +3,8 @@
 //! one pack filling per blob type, uploads full packs on the runtime (at most
 //! `UPLOADS_IN_FLIGHT` at once, their buffers reused for the next packs), and writes an
 //! index object every `INDEX_EVERY` packs (FORMAT.md section 7), so that a backup that
-//! stops leaves what it uploaded indexed up to its last index object.
+//! stops leaves what it uploaded indexed up to its last index object. It never writes a
+//! pack under a name a prune has marked.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,14 +14,17 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::blob::{self, BlobType};
+use crate::blob::{self, BlobType, Compression};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{INDEX_BLOBS, INDEX_EVERY, IndexJson, PackJson};
-use crate::pack::PackWriter;
+use crate::pack::{Entry, PackWriter};
 use crate::repository::Repository;
 use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
+
+/// A finished pack: its ID, bytes and header entries.
+type PackParts = (Id, Vec<u8>, Vec<Entry>);
 
 /// Packs uploading at once.
 pub const UPLOADS_IN_FLIGHT: usize = 4;
@@ -216,6 +220,7 @@ impl<S: Storage> Packer<S> {
         };
         let (id, bytes, entries) = std::mem::replace(&mut self.packs[kind as usize], next)
             .finish(&self.repo.config.id_key);
+        let (id, bytes, entries) = self.unmarked_name(id, bytes, entries);
         self.counts.stored += bytes.len() as u64;
         self.unindexed.push(PackJson::new(id, &entries));
         let permit = self
@@ -247,6 +252,26 @@ impl<S: Storage> Packer<S> {
             self.write_index()?;
         }
         Ok(())
+    }
+
+    /// The pack under a name no prune has marked (FORMAT.md section 6): a pack of the
+    /// same blobs as a marked one has its bytes and name, and a prune deleting the marked
+    /// pack would delete this one too; so such a pack gets a padding blob of zero bytes (a
+    /// valid data blob) until its name is new.
+    fn unmarked_name(&self, id: Id, bytes: Vec<u8>, entries: Vec<Entry>) -> PackParts {
+        let (mut id, mut bytes, mut entries) = (id, bytes, entries);
+        let mut padding = 0u32;
+        while self.marked.contains(&id) {
+            let mut pack = PackWriter::reopen(bytes, entries);
+            let zeros = vec![0; padding as usize];
+            let blob = self.repo.config.id_key.id(&zeros);
+            if !pack.contains(&blob) {
+                pack.add(BlobType::Data, blob, Compression::None, &zeros, padding);
+            }
+            (id, bytes, entries) = pack.finish(&self.repo.config.id_key);
+            padding += 1;
+        }
+        (id, bytes, entries)
     }
 
     /// Closes both open packs, waits for every upload and writes the last index object.

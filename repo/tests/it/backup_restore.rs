@@ -18,7 +18,8 @@ pub fn opts() -> BackupOptions {
     }
 }
 
-/// Small chunks so that small test files still make several chunks and packs.
+/// Small chunks so that small test files still make several chunks and packs; no grace
+/// period, so that tests may prune at once (sessions keep running backups safe).
 pub fn small_params() -> Params {
     let mut p = Params::default();
     p.chunker.min = 16 << 10;
@@ -26,6 +27,7 @@ pub fn small_params() -> Params {
     p.chunker.max = 256 << 10;
     p.block_size = 64 << 10;
     p.pack_size = 1 << 20;
+    p.grace = std::time::Duration::ZERO;
     p
 }
 

@@ -62,4 +62,100 @@ impl Env {
     pub fn stored_files(&self) -> Vec<std::path::PathBuf> {
         kura_testkit::walk::files_under(&self.upstream.bucket_dir(BUCKET))
     }
+
+    /// The stored objects of kind `kind` (`data`, `session`, `snapshots`...) of the
+    /// repository at `prefix`.
+    pub fn objects_under(&self, prefix: &str, kind: &str) -> Vec<std::path::PathBuf> {
+        let needle = format!("/{prefix}/{kind}/");
+        self.stored_files()
+            .into_iter()
+            .filter(|f| f.to_string_lossy().contains(&needle))
+            .collect()
+    }
+}
+
+/// A storage call, for [`Hook`]s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Put,
+    Create,
+    Get,
+    GetRange,
+    Exists,
+    List,
+    Delete,
+    Modified,
+}
+
+/// What a fault-injecting [`Hooked`] storage does before each call (wait, count, fail).
+pub trait Hook: Send + Sync + 'static {
+    /// Runs before `op` on `(ft, name)`; an error is returned instead of the call's result.
+    fn before(
+        &self,
+        op: Op,
+        ft: kura_repo::FileType,
+        name: &str,
+    ) -> impl std::future::Future<Output = kura_repo::Result<()>> + Send;
+}
+
+/// Fault-injecting wrapper: a real storage with a [`Hook`] run before every call, for
+/// faults no real server produces on demand (a process paused mid-call, a lost request).
+pub struct Hooked<S, H> {
+    pub inner: S,
+    pub hook: H,
+}
+
+impl<S: kura_repo::Storage, H: Hook> kura_repo::Storage for Hooked<S, H> {
+    async fn put(
+        &self,
+        ft: kura_repo::FileType,
+        name: &str,
+        data: bytes::Bytes,
+    ) -> kura_repo::Result<()> {
+        self.hook.before(Op::Put, ft, name).await?;
+        self.inner.put(ft, name, data).await
+    }
+    async fn create(
+        &self,
+        ft: kura_repo::FileType,
+        name: &str,
+        data: bytes::Bytes,
+    ) -> kura_repo::Result<bool> {
+        self.hook.before(Op::Create, ft, name).await?;
+        self.inner.create(ft, name, data).await
+    }
+    async fn get(&self, ft: kura_repo::FileType, name: &str) -> kura_repo::Result<bytes::Bytes> {
+        self.hook.before(Op::Get, ft, name).await?;
+        self.inner.get(ft, name).await
+    }
+    async fn get_range(
+        &self,
+        ft: kura_repo::FileType,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> kura_repo::Result<bytes::Bytes> {
+        self.hook.before(Op::GetRange, ft, name).await?;
+        self.inner.get_range(ft, name, offset, len).await
+    }
+    async fn exists(&self, ft: kura_repo::FileType, name: &str) -> kura_repo::Result<bool> {
+        self.hook.before(Op::Exists, ft, name).await?;
+        self.inner.exists(ft, name).await
+    }
+    async fn list(&self, ft: kura_repo::FileType) -> kura_repo::Result<Vec<(String, u64)>> {
+        self.hook.before(Op::List, ft, "").await?;
+        self.inner.list(ft).await
+    }
+    async fn delete(&self, ft: kura_repo::FileType, name: &str) -> kura_repo::Result<()> {
+        self.hook.before(Op::Delete, ft, name).await?;
+        self.inner.delete(ft, name).await
+    }
+    async fn modified(
+        &self,
+        ft: kura_repo::FileType,
+        name: &str,
+    ) -> kura_repo::Result<Option<i64>> {
+        self.hook.before(Op::Modified, ft, name).await?;
+        self.inner.modified(ft, name).await
+    }
 }

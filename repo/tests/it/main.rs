@@ -7,4 +7,5 @@ mod backup_restore;
 mod init;
 mod integrity;
 mod lease;
+mod sessions;
 mod upkeep;
