@@ -39,6 +39,25 @@ pub enum Command {
     Forget(ForgetArgs),
     /// Remove data no snapshot uses: marks now, deletes marks older than --grace.
     Prune(PruneArgs),
+    /// Rebuild what a damaged repository needs to work again.
+    #[command(subcommand)]
+    Repair(RepairCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RepairCommand {
+    /// Rebuild the index objects from the packs' own headers.
+    Index(RepairIndexArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepairIndexArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Read every pack whole and index only packs whose every blob verifies (a damaged
+    /// pack's blobs are then stored again by the next backup).
+    #[arg(long)]
+    pub read_data: bool,
 }
 
 #[derive(Args, Debug)]

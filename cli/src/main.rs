@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         args::Command::Check(args) => repo::check::run(&args),
         args::Command::Forget(args) => repo::forget::run(&args),
         args::Command::Prune(args) => repo::prune::run(&args),
+        args::Command::Repair(args::RepairCommand::Index(args)) => repo::repair::index(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,12 +7,11 @@
 use std::collections::hash_map::Entry::Vacant;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::blob;
 use crate::error::Result;
 use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
 use crate::marks::read_marks;
-use crate::pack::{ENTRY_SIZE, TAIL_SIZE, entry_count, parse_header, read_header, size_of};
+use crate::pack::{read_header, read_verified, size_of};
 use crate::repository::Repository;
 use crate::storage::{FileType, Storage};
 use crate::tree::{Content, NodeType};
@@ -141,45 +140,14 @@ async fn compare_headers<S: Storage>(
     }
 }
 
-/// Reads one pack whole (it is bounded by the pack size) and verifies every blob.
+/// Reads one pack whole and verifies every blob (`pack.rs`, `read_verified`).
 async fn read_pack<S: Storage>(
     repo: &Repository<S>,
     pack: &Id,
     report: &mut CheckReport,
 ) -> Result<()> {
-    let what = format!("pack {}", pack.short());
-    let bytes = repo.storage.get(FileType::Pack, &pack.to_hex()).await?;
-    if repo.config.id_key.id(&bytes) != *pack {
-        return Err(crate::RepoError::corrupt(
-            what,
-            "content does not match its name",
-        ));
-    }
-    let tail_at = bytes
-        .len()
-        .checked_sub(TAIL_SIZE)
-        .ok_or_else(|| crate::RepoError::corrupt(&what, "too short"))?;
-    let count = entry_count(&what, &bytes[tail_at..])?;
-    let header_at = count
-        .checked_mul(ENTRY_SIZE)
-        .and_then(|n| tail_at.checked_sub(n))
-        .ok_or_else(|| crate::RepoError::corrupt(&what, "header longer than the pack"))?;
-    let mut offset = 0usize;
-    for e in parse_header(&what, &bytes[header_at..tail_at])? {
-        let end = offset + e.length as usize;
-        let stored = bytes
-            .get(offset..end)
-            .ok_or_else(|| crate::RepoError::corrupt(&what, "blob past the header"))?;
-        let raw = blob::decompress(&what, e.compression, stored, e.raw_length as usize)?;
-        if repo.config.id_key.id(&raw) != e.id {
-            return Err(crate::RepoError::corrupt(
-                what,
-                format!("blob {} does not hash to its ID", e.id.short()),
-            ));
-        }
-        report.blobs_verified += 1;
-        offset = end;
-    }
+    let entries = read_verified(&*repo.storage, &repo.config.id_key, pack).await?;
+    report.blobs_verified += entries.len();
     report.packs_read += 1;
     Ok(())
 }

@@ -100,7 +100,8 @@ pub enum RepoError {
     /// prune refuses to run, since it would take their packs for unused.
     #[error(
         "{} blob(s) that snapshots use are in no index object ({}); prune refuses to run: \
-         `kura repair index` rebuilds the index from the packs",
+         `kura repair index` rebuilds the index from the packs (if they stay unindexed, \
+         their packs are lost: `kura check` names the snapshots that use them)",
         blobs.len(), short_list(blobs)
     )]
     Unindexed {

@@ -213,6 +213,65 @@ pub(crate) async fn read_header<S: Storage>(
     parse_header(&what, &header)
 }
 
+/// Reads the stored pack `pack` whole (it is bounded by the pack size), checks it against
+/// its name, and verifies that every blob decodes and hashes to its ID. Returns its header.
+///
+/// # Errors
+/// Storage errors; `Corrupt` for a pack that does not match its name, a bad header, or a
+/// blob that does not decode or hash to its ID.
+pub(crate) async fn read_verified<S: Storage>(
+    storage: &S,
+    key: &IdKey,
+    pack: &Id,
+) -> Result<Vec<Entry>> {
+    let what = format!("pack {}", pack.short());
+    let bytes = storage.get(FileType::Pack, &pack.to_hex()).await?;
+    if key.id(&bytes) != *pack {
+        return Err(RepoError::corrupt(what, "content does not match its name"));
+    }
+    let tail_at = bytes
+        .len()
+        .checked_sub(TAIL_SIZE)
+        .ok_or_else(|| RepoError::corrupt(&what, "too short"))?;
+    let count = entry_count(&what, &bytes[tail_at..])?;
+    let header_at = count
+        .checked_mul(ENTRY_SIZE)
+        .and_then(|n| tail_at.checked_sub(n))
+        .ok_or_else(|| RepoError::corrupt(&what, "header longer than the pack"))?;
+    let entries = parse_header(&what, &bytes[header_at..tail_at])?;
+    let mut offset = 0usize;
+    for e in &entries {
+        let end = offset + e.length as usize;
+        let stored = bytes
+            .get(offset..end)
+            .ok_or_else(|| RepoError::corrupt(&what, "blob past the header"))?;
+        let raw = crate::blob::decompress(&what, e.compression, stored, e.raw_length as usize)?;
+        if key.id(&raw) != e.id {
+            return Err(RepoError::corrupt(
+                what,
+                format!("blob {} does not hash to its ID", e.id.short()),
+            ));
+        }
+        offset = end;
+    }
+    Ok(entries)
+}
+
+/// The stored packs by ID, with their sizes (names that are not IDs are not packs).
+///
+/// # Errors
+/// Storage errors.
+pub(crate) async fn stored_packs<S: Storage>(
+    storage: &S,
+) -> Result<std::collections::BTreeMap<Id, u64>> {
+    Ok(storage
+        .list(FileType::Pack)
+        .await?
+        .into_iter()
+        .filter_map(|(n, s)| Id::from_hex(&n).ok().map(|id| (id, s)))
+        .collect())
+}
+
 /// The size of a pack with these header entries: its blobs, header and tail.
 #[must_use]
 pub(crate) fn size_of(entries: &[Entry]) -> u64 {

@@ -26,6 +26,7 @@ use crate::id::Id;
 use crate::index::{IndexJson, PackJson};
 use crate::lease::Lease;
 use crate::marks::{delete_mark, read_marks, write_mark};
+use crate::pack::stored_packs;
 use crate::repository::Repository;
 use crate::session::sessions;
 use crate::storage::{FileType, Storage};
@@ -98,13 +99,7 @@ async fn prune_holding<S: Storage>(
     // at once, or a backup stored again a blob of a marked pack).
     let (snaps, mut indexes) = repo.snapshots_then_index_objects().await?;
     let used = used_blobs(repo, snaps.into_iter().map(|(_, s)| s.tree).collect()).await?;
-    let stored: BTreeMap<Id, u64> = repo
-        .storage
-        .list(FileType::Pack)
-        .await?
-        .into_iter()
-        .filter_map(|(n, s)| Id::from_hex(&n).ok().map(|id| (id, s)))
-        .collect();
+    let stored = stored_packs(&*repo.storage).await?;
     let marks = read_marks(repo).await?;
     let marked: HashSet<Id> = marks
         .marks

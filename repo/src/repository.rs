@@ -87,6 +87,17 @@ impl<S: Storage> Repository<S> {
     /// # Errors
     /// `NotFound` when there is no repository; storage errors; corrupt objects.
     pub async fn open(storage: S) -> Result<Self> {
+        let mut repo = Self::open_unindexed(storage).await?;
+        repo.load_index().await?;
+        Ok(repo)
+    }
+
+    /// Opens an existing repository without reading the index (for `kura repair index`,
+    /// which must open a repository whose index objects do not all read).
+    ///
+    /// # Errors
+    /// `NotFound` when there is no repository; storage errors; a corrupt `config`.
+    pub async fn open_unindexed(storage: S) -> Result<Self> {
         let config = match storage.get(FileType::Config, "").await {
             Ok(b) => Config::from_json(&b)?,
             Err(RepoError::NotFound(_)) => {
@@ -96,15 +107,13 @@ impl<S: Storage> Repository<S> {
             }
             Err(e) => return Err(e),
         };
-        let mut repo = Self {
+        Ok(Self {
             storage: Arc::new(storage),
             config: Arc::new(config),
             index: Arc::default(),
             index_names: Arc::default(),
             progress: Arc::default(),
-        };
-        repo.load_index().await?;
-        Ok(repo)
+        })
     }
 
     /// Lists the snapshots, then reloads the index, in that order: a backup writes its index

@@ -1,6 +1,7 @@
-//! `kura init / backup / snapshots / restore / ls / diff / stats / check / forget / prune`: the
-//! repository commands. One file per command; this file turns the common flags into a
-//! storage handle, through the gateway at --endpoint or one started in this process.
+//! `kura init / backup / snapshots / restore / ls / diff / stats / check / forget / prune /
+//! repair`: the repository commands. One file per command; this file turns the common
+//! flags into a storage handle, through the gateway at --endpoint or one started in this
+//! process.
 
 pub mod backup;
 pub mod check;
@@ -10,6 +11,7 @@ pub mod forget;
 pub mod init;
 pub mod ls;
 pub mod prune;
+pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
@@ -99,6 +101,17 @@ async fn start_gateway(
 pub async fn open(args: &RepoArgs) -> Result<(kura_repo::Repository<S3Storage>, Connection)> {
     let conn = connect(args).await?;
     let repo = kura_repo::Repository::open(conn.storage.clone())
+        .await
+        .with_context(|| format!("opening {}", conn.repository))?;
+    Ok((repo, conn))
+}
+
+/// As [`open`], without reading the index (which may not read: `kura repair index`).
+pub async fn open_unindexed(
+    args: &RepoArgs,
+) -> Result<(kura_repo::Repository<S3Storage>, Connection)> {
+    let conn = connect(args).await?;
+    let repo = kura_repo::Repository::open_unindexed(conn.storage.clone())
         .await
         .with_context(|| format!("opening {}", conn.repository))?;
     Ok((repo, conn))

@@ -55,6 +55,18 @@ async fn two_snapshots_sharing_a(
     (repo, one, first_index, two)
 }
 
+/// Snapshot 1 forgotten, then its index objects lost: snapshot 2 still uses `a.bin`,
+/// whose packs no index object lists any more.
+async fn forget_and_lose_index(storage: &kura_repo::S3Storage, one: Id, first_index: &[String]) {
+    storage
+        .delete(FileType::Snapshot, &one.to_hex())
+        .await
+        .unwrap();
+    for name in first_index {
+        storage.delete(FileType::Index, name).await.unwrap();
+    }
+}
+
 /// The first data blob of `a.bin` in snapshot 2 (`dir/a.bin`).
 async fn first_blob_of_a(
     repo: &Repository<kura_repo::S3Storage>,
@@ -81,15 +93,8 @@ async fn prune_refuses_when_a_blob_a_snapshot_uses_is_in_no_index_object() {
     let src = tempfile::tempdir().unwrap();
     let (repo, one, first_index, two) = two_snapshots_sharing_a(&env, "lost", src.path()).await;
     let a_blob = first_blob_of_a(&repo, &two).await;
-    // Snapshot 1 forgotten, then its index objects lost: snapshot 2 still uses a.bin.
     let storage = env.storage("lost");
-    storage
-        .delete(FileType::Snapshot, &one.to_hex())
-        .await
-        .unwrap();
-    for name in &first_index {
-        storage.delete(FileType::Index, name).await.unwrap();
-    }
+    forget_and_lose_index(&storage, one, &first_index).await;
     let packs = pack_count(&env, "lost");
     let mut repo = Repository::open(env.storage("lost")).await.unwrap();
     for _ in 0..2 {
@@ -260,4 +265,99 @@ async fn prune_ignores_a_mark_whose_content_does_not_match_its_name() {
         checked.problems.iter().any(|p| p.contains(&bad_name[..8])),
         "{checked:?}"
     );
+}
+
+/// The fix for the loss above: `repair index` indexes the packs again from their headers,
+/// and prune then keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn repair_index_rebuilds_lost_index_objects_and_prune_then_keeps_every_used_pack() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let (_, one, first_index, two) = two_snapshots_sharing_a(&env, "rebuilt", src.path()).await;
+    forget_and_lose_index(&env.storage("rebuilt"), one, &first_index).await;
+    let packs = pack_count(&env, "rebuilt");
+    let mut repo = Repository::open(env.storage("rebuilt")).await.unwrap();
+    let report = kura_repo::repair_index(&mut repo, false).await.unwrap();
+    assert!(!report.added.is_empty(), "{report:?}");
+    assert_eq!(report.packs, packs, "{report:?}");
+    assert!(
+        report.damaged.is_empty() && report.missing.is_empty(),
+        "{report:?}"
+    );
+    for _ in 0..2 {
+        prune(&mut repo, Duration::ZERO).await.unwrap();
+    }
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let a_blob = first_blob_of_a(&repo, &two).await;
+    assert!(repo.index().contains(&a_blob));
+}
+
+/// An index object whose stored bytes are damaged makes the repository unopenable;
+/// `repair index` opens it without the index and replaces the object.
+#[tokio::test(flavor = "multi_thread")]
+async fn repair_index_replaces_an_index_object_that_does_not_read() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let (_, _, _, two) = two_snapshots_sharing_a(&env, "unreadable", src.path()).await;
+    let objects = env.objects_under("unreadable", "index");
+    damage(&objects[0]);
+    assert!(Repository::open(env.storage("unreadable")).await.is_err());
+
+    let mut repo = Repository::open_unindexed(env.storage("unreadable"))
+        .await
+        .unwrap();
+    let report = kura_repo::repair_index(&mut repo, false).await.unwrap();
+    assert_eq!(report.unreadable_indexes.len(), 1, "{report:?}");
+    let mut repo = Repository::open(env.storage("unreadable")).await.unwrap();
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert!(repo.index().contains(&first_blob_of_a(&repo, &two).await));
+}
+
+/// The remedy for a damaged pack the README once gave (delete its index object by hand)
+/// made prune delete used packs; `repair index --read-data` leaves only the damaged pack
+/// out, and the next backup stores its data again.
+#[tokio::test(flavor = "multi_thread")]
+async fn repair_index_with_read_data_leaves_a_damaged_pack_out_and_the_next_backup_stores_it_again()
+{
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.bin"), pseudo_random(1_500_000, 51)).unwrap();
+    let mut repo = Repository::init(env.storage("damaged"), small_params())
+        .await
+        .unwrap();
+    backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    let packs = env.objects_under("damaged", "data");
+    damage(&packs[0]);
+    let report = check(&mut repo, true).await.unwrap();
+    assert_eq!(report.damaged_packs.len(), 1, "{report:?}");
+
+    let report = kura_repo::repair_index(&mut repo, true).await.unwrap();
+    assert_eq!(report.damaged.len(), 1, "{report:?}");
+    assert_eq!(report.packs, packs.len() - 1, "{report:?}");
+    let (_, again) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert!(again.summary.blobs_added > 0, "{:?}", again.summary);
+    let out = tempfile::tempdir().unwrap();
+    kura_repo::restore(&repo, &again.tree, out.path(), &kura_repo::Include::all())
+        .await
+        .unwrap();
+    let name = src.path().file_name().unwrap();
+    assert_eq!(
+        std::fs::read(src.path().join("a.bin")).unwrap(),
+        std::fs::read(out.path().join(name).join("a.bin")).unwrap()
+    );
+    assert!(packs[0].exists(), "repair deletes no pack");
+}
+
+/// Flips one byte in the middle of a stored object's ciphertext.
+fn damage(file: &std::path::Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(file, bytes).unwrap();
 }
