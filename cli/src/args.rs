@@ -48,6 +48,17 @@ pub enum Command {
 pub enum RepairCommand {
     /// Rebuild the index objects from the packs' own headers.
     Index(RepairIndexArgs),
+    /// Write new snapshots without the data the repository lost (tagged `repaired`).
+    Snapshots(RepairSnapshotsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepairSnapshotsArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Delete each original once its repaired snapshot is stored.
+    #[arg(long)]
+    pub forget: bool,
 }
 
 #[derive(Args, Debug)]

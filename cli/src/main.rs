@@ -27,6 +27,9 @@ fn main() -> ExitCode {
         args::Command::Forget(args) => repo::forget::run(&args),
         args::Command::Prune(args) => repo::prune::run(&args),
         args::Command::Repair(args::RepairCommand::Index(args)) => repo::repair::index(&args),
+        args::Command::Repair(args::RepairCommand::Snapshots(args)) => {
+            repo::repair::snapshots(&args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -148,4 +148,107 @@ mod tests {
         );
         assert!(chunks(&[], params(16 << 10, 64 << 10, 256 << 10)).is_empty());
     }
+
+    /// `GEAR` as FORMAT.md section 5.1 gives it, by value.
+    fn spec_gear() -> Vec<u64> {
+        include_str!("../FASTCDC-GEAR.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap())
+            .collect()
+    }
+
+    /// `MASKS[5..=25]` as FORMAT.md section 5.1 gives them.
+    const SPEC_MASKS: [u64; 21] = [
+        0x0000_0000_0180_4110,
+        0x0000_0000_0180_3110,
+        0x0000_0000_1803_5100,
+        0x0000_0018_0003_5300,
+        0x0000_0190_0035_3000,
+        0x0000_5900_0353_0000,
+        0x0000_d900_0353_0000,
+        0x0000_d901_0353_0000,
+        0x0000_d903_0353_0000,
+        0x0000_d903_1353_0000,
+        0x0000_d90f_0353_0000,
+        0x0000_d903_0353_7000,
+        0x0000_d907_0353_7000,
+        0x0000_d907_0753_7000,
+        0x0000_d917_0753_7000,
+        0x0000_d917_4753_7000,
+        0x0000_d917_6753_7000,
+        0x0000_d937_6753_7000,
+        0x0000_d937_7753_7000,
+        0x0000_d937_7757_7000,
+        0x0000_db37_7757_7000,
+    ];
+
+    /// FORMAT.md section 5.1's `cut`, written from the spec alone.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "log2 of a u32 lies in 0..32"
+    )]
+    fn spec_cut(src: &[u8], gear: &[u64], sizes: ChunkerSizes) -> usize {
+        let (min, avg, max) = (sizes.min as usize, sizes.avg as usize, sizes.max as usize);
+        let bits = f64::from(sizes.avg).log2().round() as usize;
+        let small = SPEC_MASKS[bits + 1 - 5];
+        let large = SPEC_MASKS[bits - 1 - 5];
+        let gear_ls = |byte: u8| gear[usize::from(byte)] << 1;
+        let mut end = src.len();
+        if end <= min {
+            return end;
+        }
+        let mut center = avg;
+        if end > max {
+            end = max;
+        } else if end < center {
+            center = end;
+        }
+        let (mut pair, mut hash) = (min / 2, 0u64);
+        for (limit, mask) in [(center / 2, small), (end / 2, large)] {
+            while pair < limit {
+                let at = 2 * pair;
+                hash = (hash << 2).wrapping_add(gear_ls(src[at]));
+                if hash & (mask << 1) == 0 {
+                    return at;
+                }
+                hash = hash.wrapping_add(gear[usize::from(src[at + 1])]);
+                if hash & mask == 0 {
+                    return at + 1;
+                }
+                pair += 1;
+            }
+        }
+        end
+    }
+
+    #[test]
+    fn the_spec_gives_the_crates_gear_table_and_cut_points_by_value() {
+        let gear = spec_gear();
+        let (crate_gear, crate_gear_ls) = fastcdc::v2020::get_gear_with_seed(0);
+        assert_eq!(gear, crate_gear.to_vec());
+        assert!(
+            gear.iter()
+                .zip(crate_gear_ls.iter())
+                .all(|(g, ls)| g << 1 == *ls)
+        );
+        for c in [
+            params(256 << 10, 1 << 20, 4 << 20),
+            params(16 << 10, 64 << 10, 256 << 10),
+            params(64, 256, 1024),
+        ] {
+            let mut text = pseudo_random(9 << 20, 21);
+            text.extend(vec![0u8; 5 << 20]);
+            let mut at = 0;
+            let mut spec = Vec::new();
+            while at < text.len() {
+                let len = spec_cut(&text[at..], &gear, c);
+                spec.push((at, len));
+                at += len;
+            }
+            assert_eq!(spec, one_pass(&text, 0, c), "{c:?}");
+        }
+    }
 }

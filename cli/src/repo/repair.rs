@@ -1,9 +1,9 @@
 //! `kura repair index [--read-data]`: rebuilds the index from the packs, naming what it
-//! left out.
+//! left out; `kura repair snapshots [--forget]`: snapshots without what was lost.
 
 use anyhow::Result;
 
-use crate::args::RepairIndexArgs;
+use crate::args::{RepairIndexArgs, RepairSnapshotsArgs};
 
 pub fn index(args: &RepairIndexArgs) -> Result<()> {
     super::runtime()?.block_on(async {
@@ -29,6 +29,29 @@ pub fn index(args: &RepairIndexArgs) -> Result<()> {
         if !r.missing.is_empty() || !r.damaged.is_empty() {
             println!(
                 "the next backup stores again what it still finds of the left-out packs' data; `kura check` names the snapshots that used them"
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn snapshots(args: &RepairSnapshotsArgs) -> Result<()> {
+    super::runtime()?.block_on(async {
+        let (mut repo, _conn) = super::open(&args.repo).await?;
+        let r = kura_repo::repair_snapshots(&mut repo, args.forget).await?;
+        for line in &r.lost {
+            eprintln!("kura: lost: {line}");
+        }
+        for (old, new) in &r.repaired {
+            println!("snapshot {} repaired as {}", old.short(), new.short());
+        }
+        if r.repaired.is_empty() {
+            println!("no snapshot uses data the repository lost");
+        } else if args.forget {
+            println!("{} originals deleted; `kura prune` can run", r.forgotten);
+        } else {
+            println!(
+                "the originals stay (prune refuses while they name lost data): forget them, or run again with --forget"
             );
         }
         Ok(())

@@ -354,6 +354,89 @@ async fn repair_index_with_read_data_leaves_a_damaged_pack_out_and_the_next_back
     assert!(packs[0].exists(), "repair deletes no pack");
 }
 
+/// After a pack is lost, the snapshots that used it keep prune from running (it refuses,
+/// above); `repair snapshots --forget` replaces them with snapshots that keep every file
+/// that is still whole, zeros in place of a lost run, and prune runs again.
+#[tokio::test(flavor = "multi_thread")]
+async fn repair_snapshots_keeps_what_is_whole_zeros_a_lost_run_and_lets_prune_run() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let a = pseudo_random(2_500_000, 61);
+    let b = pseudo_random(200_000, 62);
+    std::fs::write(src.path().join("a.bin"), &a).unwrap();
+    std::fs::write(src.path().join("b.bin"), &b).unwrap();
+    let mut repo = Repository::init(env.storage("lostpack"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    // The pack of a.bin's first chunk (packs fill in order: it holds only a.bin's start).
+    let first = first_blob_of_a(&repo, &snap).await;
+    let pack = repo.index().get(&first).unwrap().pack;
+    repo.storage()
+        .delete(FileType::Pack, &pack.to_hex())
+        .await
+        .unwrap();
+    let got = prune(&mut repo, Duration::ZERO).await;
+    assert!(
+        got.is_ok(),
+        "the pack is still indexed: prune does not refuse yet"
+    );
+    let report = kura_repo::repair_index(&mut repo, false).await.unwrap();
+    assert_eq!(report.missing, vec![pack], "{report:?}");
+    assert!(matches!(
+        prune(&mut repo, Duration::ZERO).await,
+        Err(RepoError::Unindexed { .. })
+    ));
+
+    let report = kura_repo::repair_snapshots(&mut repo, true).await.unwrap();
+    assert_eq!(
+        (report.repaired.len(), report.forgotten),
+        (1, 1),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .lost
+            .iter()
+            .any(|l| l.contains("a.bin") && l.contains("zeros")),
+        "{report:?}"
+    );
+    let snaps = repo.snapshots().await.unwrap();
+    assert_eq!(snaps.len(), 1);
+    let (_, repaired) = &snaps[0];
+    assert!(
+        repaired.tags.iter().any(|t| t == "repaired"),
+        "{repaired:?}"
+    );
+    for _ in 0..2 {
+        prune(&mut repo, Duration::ZERO).await.unwrap();
+    }
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+
+    let out = tempfile::tempdir().unwrap();
+    kura_repo::restore(
+        &repo,
+        &repaired.tree,
+        out.path(),
+        &kura_repo::Include::all(),
+    )
+    .await
+    .unwrap();
+    let dir = out.path().join(src.path().file_name().unwrap());
+    assert_eq!(std::fs::read(dir.join("b.bin")).unwrap(), b);
+    let got = std::fs::read(dir.join("a.bin")).unwrap();
+    assert_eq!(got.len(), a.len(), "a lost run keeps the file's size");
+    assert!(
+        got[..16 << 10].iter().all(|&x| x == 0),
+        "zeros where it was lost"
+    );
+    assert!(got.iter().zip(&a).all(|(g, o)| g == o || *g == 0));
+    assert_eq!(got[a.len() - 100_000..], a[a.len() - 100_000..]);
+}
+
 /// Flips one byte in the middle of a stored object's ciphertext.
 fn damage(file: &std::path::Path) {
     let mut bytes = std::fs::read(file).unwrap();
