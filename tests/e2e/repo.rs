@@ -730,3 +730,83 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
         }
     }
 }
+
+/// `--stdin-from-command`: the command's output is the stream, and the snapshot is written
+/// only when the command exits 0 (issue 22 item 11: `pg_dump | kura backup --stdin` stored
+/// a truncated dump as complete when pg_dump died).
+#[test]
+fn a_command_stream_makes_a_snapshot_only_when_the_command_succeeds() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--chunk-kib", "64"], None));
+    let src = tempfile::tempdir().unwrap();
+    let dump = src.path().join("dump.sql");
+    let data = pseudo_random(2_500_000, 11);
+    std::fs::write(&dump, &data).unwrap();
+    let out = ok(&kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-name",
+            "app.sql",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat {}; echo dumped >&2", dump.display()),
+        ],
+        None,
+    ));
+    assert!(out.contains("snapshot") && out.contains("1 files"), "{out}");
+    let restored = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(restored.status.success());
+    assert_eq!(restored.stdout, data);
+    let snaps = |gw: &Gateway| -> usize {
+        let list = ok(&kura(gw, &["snapshots", "--json"], None));
+        serde_json::from_str::<serde_json::Value>(&list)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(snaps(&gw), 1);
+
+    // A command that dies part-way: its output so far is no snapshot.
+    let failed = kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            "head -c 3000000 /dev/urandom; echo pg_dump: lost the connection >&2; exit 3",
+        ],
+        None,
+    );
+    assert!(!failed.status.success());
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("pg_dump: lost the connection"), "{err}");
+    assert!(err.contains("exited with status 3"), "{err}");
+    assert_eq!(snaps(&gw), 1, "a failed command leaves no snapshot");
+
+    // One killed by a signal, likewise.
+    let killed = kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            "head -c 1000000 /dev/urandom; kill -9 $$",
+        ],
+        None,
+    );
+    assert!(!killed.status.success());
+    let err = String::from_utf8_lossy(&killed.stderr);
+    assert!(err.contains("signal 9"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(snaps(&gw), 1, "a killed command leaves no snapshot");
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+}
