@@ -207,6 +207,7 @@ pub struct InitArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("stream").args(["stdin", "stdin_from_command"])))]
 #[allow(
     clippy::struct_excessive_bools,
     reason = "each is a command-line switch"
@@ -214,13 +215,18 @@ pub struct InitArgs {
 pub struct BackupArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// Files and directories; with --block, one device or image.
+    /// Files and directories; with --block, one device or image; with
+    /// --stdin-from-command, the command and its arguments (after `--`).
     pub paths: Vec<PathBuf>,
     /// Read one stream from stdin.
     #[arg(long, conflicts_with_all = ["paths", "block"])]
     pub stdin: bool,
-    /// The file name of the stdin stream in the snapshot.
-    #[arg(long, default_value = "stdin", requires = "stdin")]
+    /// Run the command given after `--` and store its standard output as one stream; the
+    /// snapshot is written only if the command exits 0.
+    #[arg(long, conflicts_with_all = ["stdin", "block"])]
+    pub stdin_from_command: bool,
+    /// The file name of the stream in the snapshot.
+    #[arg(long, default_value = "stdin", requires = "stream")]
     pub stdin_name: String,
     /// The path is a block device or image: fixed chunks, zero chunks stored as holes.
     #[arg(long)]

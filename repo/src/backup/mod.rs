@@ -3,6 +3,7 @@
 //! each, depending one way only:
 //!
 //! - `walk.rs`: the sources and directory trees, each entry's metadata and xattrs;
+//! - `command.rs`: the command whose output a `Source::Command` stores, and its exit;
 //! - `read.rs`: opening a listed file safely (the file listed, not what replaced it);
 //! - `chunk.rs`: content-defined or fixed chunks, hashed and compressed on every core;
 //! - `packer.rs`: new blobs into packs, pack uploads, index objects.
@@ -15,6 +16,7 @@
 //! (`par_map`).
 
 mod chunk;
+mod command;
 mod packer;
 mod read;
 mod walk;
