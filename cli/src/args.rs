@@ -126,7 +126,7 @@ pub struct PruneArgs {
 }
 
 /// `90s`, `15m`, `24h`, `7d`, or plain seconds.
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num
         .parse()
@@ -181,6 +181,11 @@ pub struct RepoArgs {
     /// kura-data] (config: `data_dir`).
     #[arg(long, env = "KURA_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// How long each request to the gateway is retried while it fails transiently (it
+    /// restarts, is overloaded or unreachable), with backoff; `0` never retries [default:
+    /// 5m] (config: `retry_for`).
+    #[arg(long, env = "KURA_RETRY_FOR", value_parser = parse_duration)]
+    pub retry_for: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]

@@ -819,8 +819,7 @@ fn a_command_stream_makes_a_snapshot_only_when_the_command_succeeds() {
 
 /// The gateway killed (SIGKILL, as a node failure or an OOM kill does) and started again
 /// on the same port and directory, some seconds later, two seconds into a backup, as a
-/// rolling update does:
-/// the backup waits for it, finishes, and the repository is whole (issue 22 item 13).
+/// rolling update does: the backup waits for it, finishes, and the repository is whole (issue 22 item 13).
 #[test]
 fn a_backup_rides_out_a_gateway_restart() {
     let mut gw = gateway();
@@ -849,10 +848,10 @@ fn a_backup_rides_out_a_gateway_restart() {
     // SDK's own retries give up after 3 attempts in about as many seconds).
     std::thread::sleep(std::time::Duration::from_secs(6));
     gw.child = Some(gateway_process(gw.dir.path(), gw.port));
-    let fed = feed.join().unwrap();
+    let written = feed.join().unwrap();
     let out = child.wait_with_output().unwrap();
     let out = ok(&out);
-    fed.unwrap();
+    written.unwrap();
     assert!(out.contains("snapshot"), "{out}");
 
     let out = ok(&kura(&gw, &["check", "--read-data"], None));

@@ -58,6 +58,7 @@ pub fn run(args: &BackupArgs) -> Result<()> {
             host,
             tags: args.tags.clone(),
             parent,
+            index_interval: None,
         };
         let bar = crate::progress::start(repo.progress().clone(), "backup");
         let result = kura_repo::backup(&mut repo, source, opts).await;
