@@ -156,7 +156,7 @@ pub struct PruneArgs {
 }
 
 /// `90s`, `15m`, `24h`, `7d`, or plain seconds.
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num
         .parse()
@@ -211,6 +211,11 @@ pub struct RepoArgs {
     /// kura-data] (config: `data_dir`).
     #[arg(long, env = "KURA_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// How long each request to the gateway is retried while it fails transiently (it
+    /// restarts, is overloaded or unreachable), with backoff; `0` never retries [default:
+    /// 5m] (config: `retry_for`).
+    #[arg(long, env = "KURA_RETRY_FOR", value_parser = parse_duration)]
+    pub retry_for: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -237,6 +242,7 @@ pub struct InitArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("stream").args(["stdin", "stdin_from_command"])))]
 #[allow(
     clippy::struct_excessive_bools,
     reason = "each is a command-line switch"
@@ -244,13 +250,18 @@ pub struct InitArgs {
 pub struct BackupArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// Files and directories; with --block, one device or image.
+    /// Files and directories; with --block, one device or image; with
+    /// --stdin-from-command, the command and its arguments (after `--`).
     pub paths: Vec<PathBuf>,
     /// Read one stream from stdin.
     #[arg(long, conflicts_with_all = ["paths", "block"])]
     pub stdin: bool,
-    /// The file name of the stdin stream in the snapshot.
-    #[arg(long, default_value = "stdin", requires = "stdin")]
+    /// Run the command given after `--` and store its standard output as one stream; the
+    /// snapshot is written only if the command exits 0.
+    #[arg(long, conflicts_with_all = ["stdin", "block"])]
+    pub stdin_from_command: bool,
+    /// The file name of the stream in the snapshot.
+    #[arg(long, default_value = "stdin", requires = "stream")]
     pub stdin_name: String,
     /// The path is a block device or image: fixed chunks, zero chunks stored as holes.
     #[arg(long)]

@@ -20,7 +20,7 @@ use s3s::{S3Error, S3Result, s3_error};
 )]
 pub(crate) fn keys_error(e: kura_keys::Error) -> S3Error {
     use kura_keys::Error as E;
-    match e {
+    let e = match e {
         E::UnknownKeyId(id) => s3_error!(
             InternalError,
             "the object is encrypted under key {id}, which is not in the gateway's key file"
@@ -33,12 +33,29 @@ pub(crate) fn keys_error(e: kura_keys::Error) -> S3Error {
             InternalError,
             "the stored object uses a format this gateway cannot read: {e}"
         ),
-        E::RangeNotSatisfiable { size, .. } => range_not_satisfiable(size),
+        E::RangeNotSatisfiable { size, .. } => return range_not_satisfiable(size),
         _ => s3_error!(
             InternalError,
             "the stored object failed authentication: {e}"
         ),
-    }
+    };
+    permanent(e)
+}
+
+/// The header that marks an error answer as one that repeats however often the request
+/// is retried. Each of these is an S3 `InternalError` (500), which S3 clients retry; kura's
+/// repository reads this header and stops at once instead of for its whole retry bound.
+pub const PERMANENT_ERROR_HEADER: &str = "x-kura-error";
+
+/// `e`, marked with [`PERMANENT_ERROR_HEADER`].
+fn permanent(mut e: S3Error) -> S3Error {
+    let mut h = http::HeaderMap::new();
+    h.insert(
+        PERMANENT_ERROR_HEADER,
+        http::HeaderValue::from_static("permanent"),
+    );
+    e.set_headers(h);
+    e
 }
 
 /// 416 with `Content-Range: bytes */size`, as S3 answers.

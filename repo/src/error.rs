@@ -75,6 +75,16 @@ pub enum RepoError {
         /// The repository's.
         min_secs: u64,
     },
+    /// The command whose output a backup stored (`Source::Command`) did not exit 0, or
+    /// could not be run: its output is not taken for complete, and no snapshot was
+    /// written (what was uploaded stays indexed, for the next run to reuse).
+    #[error("the command {program:?} {how}; no snapshot was written")]
+    CommandFailed {
+        /// The program's name (not its arguments, which may hold a password).
+        program: String,
+        /// How it ended: `exited with status 3`, `was killed by signal 9`, ...
+        how: String,
+    },
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]
     Random,

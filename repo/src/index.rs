@@ -16,6 +16,11 @@ pub const INDEX_EVERY: usize = 16;
 /// writer keeps for it, grows large.
 pub const INDEX_BLOBS: usize = 16_384;
 
+/// `INDEX_INTERVAL`: the longest a backup goes between index objects while it stores
+/// packs, so that a backup killed or failed after hours of slow uploads leaves what it
+/// stored for the next run to reuse.
+pub const INDEX_INTERVAL: std::time::Duration = std::time::Duration::from_mins(5);
+
 /// All known blobs.
 #[derive(Clone, Default)]
 pub struct Index {

@@ -9,7 +9,7 @@
 //! The public paths are the re-exports below; the modules behind them are private, but
 //! for [`fsmeta`] (extended attributes, for callers that compare them).
 //!
-//! - `storage.rs`: where objects are kept, keyed by (file type, name): [`Storage`], and
+//! - `storage/`: where objects are kept, keyed by (file type, name): [`Storage`], and
 //!   [`S3Storage`], S3 through the gateway.
 //! - [`Repository`] (`repository.rs`): an opened repository (config read, index loaded).
 //! - [`backup()`] (`backup/`: walk, read, chunk, then the packer) and [`restore()`]
@@ -57,7 +57,7 @@ pub use error::{RepoError, Result};
 pub use forget::{KeepPolicy, forget};
 pub use id::Id;
 pub use include::Include;
-pub use index::Index;
+pub use index::{INDEX_INTERVAL, Index};
 pub use pack::BlobLocation;
 pub use progress::Progress;
 pub use prune::{PruneReport, prune};
@@ -66,5 +66,5 @@ pub use repair_snapshots::{RepairSnapshotsReport, repair_snapshots};
 pub use repository::Repository;
 pub use restore::{FAILURES_IN_A_ROW, RestoreSummary, restore, restore_file, write_content};
 pub use snapshot::{Snapshot, Summary};
-pub use storage::{FileType, S3Location, S3Storage, Storage};
+pub use storage::{DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage};
 pub use tree::{Content, Node, NodeType, Tree};

@@ -27,7 +27,17 @@ impl Drop for Gateway {
 fn gateway() -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = embedded_gateway(dir.path(), port)
+    let child = gateway_process(dir.path(), port);
+    Gateway {
+        child: Some(child),
+        port,
+        dir,
+    }
+}
+
+/// A `kura gateway` process on the embedded default in `dir`, serving on `port`.
+fn gateway_process(dir: &Path, port: u16) -> Child {
+    let mut child = embedded_gateway(dir, port)
         .env("KURA_ACCESS_KEY_ID", "repo-test")
         .env("KURA_SECRET_ACCESS_KEY", "repo-test-secret")
         .stdout(Stdio::null())
@@ -35,11 +45,7 @@ fn gateway() -> Gateway {
         .spawn()
         .unwrap();
     wait_ready(port, &mut child);
-    Gateway {
-        child: Some(child),
-        port,
-        dir,
-    }
+    child
 }
 
 /// `kura ARGS` with the repository and the gateway's credentials in the environment.
@@ -729,4 +735,128 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
             );
         }
     }
+}
+
+/// `--stdin-from-command`: the command's output is the stream, and the snapshot is written
+/// only when the command exits 0 (issue 22 item 11: `pg_dump | kura backup --stdin` stored
+/// a truncated dump as complete when pg_dump died).
+#[test]
+fn a_command_stream_makes_a_snapshot_only_when_the_command_succeeds() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--chunk-kib", "64"], None));
+    let src = tempfile::tempdir().unwrap();
+    let dump = src.path().join("dump.sql");
+    let data = pseudo_random(2_500_000, 11);
+    std::fs::write(&dump, &data).unwrap();
+    let out = ok(&kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-name",
+            "app.sql",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat {}; echo dumped >&2", dump.display()),
+        ],
+        None,
+    ));
+    assert!(out.contains("snapshot") && out.contains("1 files"), "{out}");
+    let restored = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(restored.status.success());
+    assert_eq!(restored.stdout, data);
+    let snaps = |gw: &Gateway| -> usize {
+        let list = ok(&kura(gw, &["snapshots", "--json"], None));
+        serde_json::from_str::<serde_json::Value>(&list)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(snaps(&gw), 1);
+
+    // A command that dies part-way: its output so far is no snapshot.
+    let failed = kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            "head -c 3000000 /dev/urandom; echo pg_dump: lost the connection >&2; exit 3",
+        ],
+        None,
+    );
+    assert!(!failed.status.success());
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.contains("pg_dump: lost the connection"), "{err}");
+    assert!(err.contains("exited with status 3"), "{err}");
+    assert_eq!(snaps(&gw), 1, "a failed command leaves no snapshot");
+
+    // One killed by a signal, likewise.
+    let killed = kura(
+        &gw,
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            "head -c 1000000 /dev/urandom; kill -9 $$",
+        ],
+        None,
+    );
+    assert!(!killed.status.success());
+    let err = String::from_utf8_lossy(&killed.stderr);
+    assert!(err.contains("signal 9"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(snaps(&gw), 1, "a killed command leaves no snapshot");
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+}
+
+/// The gateway killed (SIGKILL, as a node failure or an OOM kill does) and started again
+/// on the same port and directory, some seconds later, two seconds into a backup, as a
+/// rolling update does: the backup waits for it, finishes, and the repository is whole (issue 22 item 13).
+#[test]
+fn a_backup_rides_out_a_gateway_restart() {
+    let mut gw = gateway();
+    ok(&kura(&gw, &["init", "--pack-mib", "4"], None));
+    let data = std::sync::Arc::new(pseudo_random(200 << 20, 13));
+    let mut child = command(&gw, &["backup", "--stdin", "--stdin-name", "big.raw"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let feed = {
+        let data = data.clone();
+        std::thread::spawn(move || std::io::Write::write_all(&mut pipe, &data))
+    };
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the backup finished before the gateway restarted"
+    );
+    let mut old = gw.child.take().unwrap();
+    old.kill().unwrap();
+    old.wait().unwrap();
+    // Down for some seconds, as a pod is while it is rescheduled and started (the S3
+    // SDK's own retries give up after 3 attempts in about as many seconds).
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    gw.child = Some(gateway_process(gw.dir.path(), gw.port));
+    let written = feed.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let out = ok(&out);
+    written.unwrap();
+    assert!(out.contains("snapshot"), "{out}");
+
+    let out = ok(&kura(&gw, &["check", "--read-data"], None));
+    assert!(out.starts_with("no errors"), "{out}");
+    let restored = kura(&gw, &["restore", "latest", "-"], None);
+    assert!(restored.status.success());
+    assert!(restored.stdout == *data, "the restore matches");
 }

@@ -1,4 +1,5 @@
-//! `kura backup`: paths, `--stdin`, or `--block DEVICE`.
+//! `kura backup`: paths, `--stdin`, `--stdin-from-command -- CMD ARGS...`, or
+//! `--block DEVICE`.
 
 use anyhow::{Context as _, Result, bail};
 use kura_repo::{BackupOptions, Source};
@@ -10,6 +11,18 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         Source::Stdin {
             name: args.stdin_name.clone(),
             reader: Box::new(std::io::stdin()),
+        }
+    } else if args.stdin_from_command {
+        if args.paths.is_empty() {
+            bail!("--stdin-from-command needs a command after `--`");
+        }
+        Source::Command {
+            name: args.stdin_name.clone(),
+            argv: args
+                .paths
+                .iter()
+                .map(|p| p.clone().into_os_string())
+                .collect(),
         }
     } else if args.block {
         let [path] = args.paths.as_slice() else {
@@ -45,6 +58,7 @@ pub fn run(args: &BackupArgs) -> Result<()> {
             host,
             tags: args.tags.clone(),
             parent,
+            index_interval: None,
         };
         let bar = crate::progress::start(repo.progress().clone(), "backup");
         let result = kura_repo::backup(&mut repo, source, opts).await;

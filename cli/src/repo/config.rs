@@ -14,6 +14,7 @@
 //! # data_dir = "/var/lib/kura"                # neither: the embedded default
 //! access_key_id = "backup-node-1"
 //! secret_access_key_file = "/run/secrets/kura" # or secret_access_key(_env)
+//! retry_for = "5m"                            # retry transient failures this long
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -50,6 +51,8 @@ pub struct RepoFile {
     pub key_file: Option<PathBuf>,
     /// Directory of the embedded default.
     pub data_dir: Option<PathBuf>,
+    /// How long a request is retried while it fails transiently (`90s`, `5m`; `0` never).
+    pub retry_for: Option<String>,
 }
 
 /// How to reach the repository, checked.
@@ -88,6 +91,8 @@ pub struct Location {
     /// `s3://BUCKET/PREFIX`, as given.
     pub repository: String,
     pub target: Target,
+    /// How long a request is retried while it fails transiently.
+    pub retry_for: std::time::Duration,
 }
 
 /// Reads the config file (when there is one) and merges it under the flags.
@@ -174,7 +179,17 @@ fn merge(args: &RepoArgs, file: RepoFile, env_secret: Option<String>) -> anyhow:
                 .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
         }
     };
-    Ok(Location { repository, target })
+    let retry_for = match (args.retry_for, file.retry_for) {
+        (Some(d), _) => d,
+        (None, Some(text)) => crate::args::parse_duration(&text)
+            .map_err(|e| anyhow::anyhow!("config `retry_for`: {e}"))?,
+        (None, None) => kura_repo::DEFAULT_RETRY_FOR,
+    };
+    Ok(Location {
+        repository,
+        target,
+        retry_for,
+    })
 }
 
 #[cfg(test)]

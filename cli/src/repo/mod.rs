@@ -70,7 +70,8 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
         prefix,
         access_key,
         secret_key,
-    });
+    })
+    .with_retry_for(loc.retry_for);
     Ok(Connection {
         storage,
         repository: loc.repository,

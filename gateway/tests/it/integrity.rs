@@ -155,8 +155,10 @@ async fn parts_moved_at_rest_are_not_served_in_the_wrong_place() {
     );
 }
 
+/// A 500, which S3 clients retry; marked as an error that repeats, so that kura's
+/// repository does not.
 #[tokio::test(flavor = "multi_thread")]
-async fn tampered_header_at_rest_is_an_error_response() {
+async fn tampered_header_at_rest_is_an_error_response_marked_permanent() {
     let env = Env::start().await;
     env.put("h", &pseudo_random(1000, 1)).await;
     let path = env.stored_path(BUCKET, "h");
@@ -172,6 +174,10 @@ async fn tampered_header_at_rest_is_an_error_response() {
         .await
         .unwrap_err();
     assert_eq!(status(&err), Some(500));
+    let marked = err
+        .raw_response()
+        .and_then(|r| r.headers().get(kura_gateway::error::PERMANENT_ERROR_HEADER));
+    assert_eq!(marked, Some("permanent"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,6 +3,7 @@
 //! each, depending one way only:
 //!
 //! - `walk.rs`: the sources and directory trees, each entry's metadata and xattrs;
+//! - `command.rs`: the command whose output a `Source::Command` stores, and its exit;
 //! - `read.rs`: opening a listed file safely (the file listed, not what replaced it);
 //! - `chunk.rs`: content-defined or fixed chunks, hashed and compressed on every core;
 //! - `packer.rs`: new blobs into packs, pack uploads, index objects.
@@ -15,6 +16,7 @@
 //! (`par_map`).
 
 mod chunk;
+mod command;
 mod packer;
 mod read;
 mod walk;
@@ -46,6 +48,10 @@ pub struct Options {
     /// Parent snapshot: files whose size, mtime, ctime and inode match its record are not
     /// read again.
     pub parent: Option<Id>,
+    /// The longest time between index objects while packs are stored (`None`:
+    /// [`crate::INDEX_INTERVAL`]); what a backup stored before its last index object is
+    /// reused by the next run if this one fails.
+    pub index_interval: Option<std::time::Duration>,
 }
 
 /// Runs a backup and writes its snapshot, within a session (FORMAT.md section 9.2).
@@ -124,8 +130,9 @@ async fn in_session<S: Storage>(
     // it drives uploads with `Handle::block_on`, which must not nest inside the caller's
     // own `block_on` (a wake-up of the caller's future would be lost).
     let writer_repo = repo.clone();
+    let interval = opts.index_interval.unwrap_or(crate::index::INDEX_INTERVAL);
     let (result, written, names) = tokio::task::spawn_blocking(move || {
-        let mut w = match Packer::new(writer_repo, handle, marked).and_then(Walker::new) {
+        let mut w = match Packer::new(writer_repo, handle, marked, interval).and_then(Walker::new) {
             Ok(w) => w,
             Err(e) => return (Err(e), Vec::new(), Vec::new()),
         };

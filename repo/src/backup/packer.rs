@@ -2,12 +2,13 @@
 //! new (not in the index in a pack a prune has marked, not stored by this backup), keeps
 //! one pack filling per blob type, uploads full packs on the runtime (at most
 //! `UPLOADS_IN_FLIGHT` at once, their buffers reused for the next packs), and writes an
-//! index object every `INDEX_EVERY` packs (FORMAT.md section 7), so that a backup that
+//! index object every `INDEX_EVERY` packs or `INDEX_INTERVAL` (FORMAT.md section 7), so that a backup that
 //! stops leaves what it uploaded indexed up to its last index object. It never writes a
 //! pack under a name a prune has marked.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
@@ -101,12 +102,21 @@ pub(super) struct Packer<S: Storage> {
     /// The zstd contexts of blobs stored one by one (trees, chunks of small files).
     zstd: blob::Compressors,
     counts: Added,
+    /// When the last index object was written (or the packer started).
+    last_index: Instant,
+    /// The longest time between index objects while packs are stored.
+    index_interval: Duration,
 }
 
 impl<S: Storage> Packer<S> {
     /// A packer storing into `repo`'s storage, driving uploads on `handle`, relying on no
     /// blob of the `marked` packs.
-    pub(super) fn new(repo: Repository<S>, handle: Handle, marked: HashSet<Id>) -> Result<Self> {
+    pub(super) fn new(
+        repo: Repository<S>,
+        handle: Handle,
+        marked: HashSet<Id>,
+        index_interval: Duration,
+    ) -> Result<Self> {
         let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Self {
             repo,
@@ -122,6 +132,8 @@ impl<S: Storage> Packer<S> {
             handle,
             zstd: blob::Compressors::new()?,
             counts: Added::default(),
+            last_index: Instant::now(),
+            index_interval,
         })
     }
 
@@ -248,7 +260,10 @@ impl<S: Storage> Packer<S> {
             done.map_err(|e| RepoError::task("upload task", &e))??;
         }
         let blobs: usize = self.unindexed.iter().map(|p| p.blobs.len()).sum();
-        if self.unindexed.len() >= INDEX_EVERY || blobs >= INDEX_BLOBS {
+        if self.unindexed.len() >= INDEX_EVERY
+            || blobs >= INDEX_BLOBS
+            || self.last_index.elapsed() >= self.index_interval
+        {
             self.write_index()?;
         }
         Ok(())
@@ -301,6 +316,7 @@ impl<S: Storage> Packer<S> {
         ))?;
         self.written.extend(index.packs);
         self.written_names.push(id.to_hex());
+        self.last_index = Instant::now();
         Ok(())
     }
 }

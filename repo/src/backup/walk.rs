@@ -11,6 +11,7 @@ use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use super::chunk::Chunker;
+use super::command::Child;
 use super::packer::Packer;
 use super::read::open_as_listed;
 use crate::error::{RepoError, Result};
@@ -30,8 +31,36 @@ pub enum Source {
         /// The stream.
         reader: Box<dyn Read + Send>,
     },
+    /// A command's standard output, stored as one file called `name`, as `Stdin` is; the
+    /// snapshot is written only if the command exits 0 once its output ended (its
+    /// standard error passes through to this process's).
+    Command {
+        /// The file name in the snapshot.
+        name: String,
+        /// The program and its arguments.
+        argv: Vec<std::ffi::OsString>,
+    },
     /// A block device or image file, cut into fixed chunks; zero chunks become holes.
     Block(PathBuf),
+}
+
+/// The file node of a stream called `name`, before its content is read: a restore to a
+/// directory refuses an entry named `a/b` or nothing, so the backup refuses it first.
+fn stream_node(name: &str) -> Result<Node> {
+    let mut node = Node {
+        kind: Some(NodeType::File),
+        mode: 0o644,
+        mtime: now_ns(),
+        links: 1,
+        ..Node::default()
+    };
+    node.set_name(std::ffi::OsStr::new(name));
+    if !node.name_is_safe() {
+        return Err(RepoError::Invalid(format!(
+            "the stream's name {name:?} is not a plain file name (no `/`, not empty)"
+        )));
+    }
+    Ok(node)
 }
 
 /// Lists the sources and builds their trees, reading files through the chunker into the
@@ -106,25 +135,23 @@ impl<S: Storage> Walker<S> {
             }
             Source::Stdin { name, reader } => {
                 paths.push(format!("-:{name}"));
-                let mut node = Node {
-                    kind: Some(NodeType::File),
-                    mode: 0o644,
-                    mtime: now_ns(),
-                    links: 1,
-                    ..Node::default()
-                };
-                node.set_name(std::ffi::OsStr::new(&name));
-                // Checked before stdin is read: a restore to a directory refuses an
-                // entry named `a/b` or nothing.
-                if !node.name_is_safe() {
-                    return Err(RepoError::Invalid(format!(
-                        "the stream's name {name:?} is not a plain file name (no `/`, not empty)"
-                    )));
+                let node = stream_node(&name)?;
+                root.nodes.push(self.stream(node, reader)?);
+            }
+            Source::Command { name, argv } => {
+                paths.push(format!("-:{name}"));
+                // The name is checked before the command starts.
+                let node = stream_node(&name)?;
+                let mut child = Child::spawn(argv)?;
+                let node = self.stream(node, child.stdout());
+                // After the output's end and before the snapshot: a command that failed
+                // leaves what it wrote indexed (the next run reuses it), and no snapshot.
+                let ended = child.wait(node.is_err());
+                let node = node?;
+                if let Err(e) = ended {
+                    self.packer.finish()?;
+                    return Err(e);
                 }
-                let (content, size) = self.cdc(reader, None)?;
-                node.size = Some(size);
-                node.content = Some(content);
-                self.summary.files += 1;
                 root.nodes.push(node);
             }
             Source::Block(path) => {
@@ -149,6 +176,15 @@ impl<S: Storage> Walker<S> {
         root.sort();
         let id = self.packer.save_tree(&root)?;
         Ok((id, paths))
+    }
+
+    /// A stream's file `node` with its content, read from `reader`, stored.
+    fn stream(&mut self, mut node: Node, reader: impl Read) -> Result<Node> {
+        let (content, size) = self.cdc(reader, None)?;
+        node.size = Some(size);
+        node.content = Some(content);
+        self.summary.files += 1;
+        Ok(node)
     }
 
     /// One directory entry, or `None` when it could not be read (recorded as an error).

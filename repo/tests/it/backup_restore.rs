@@ -15,6 +15,7 @@ pub fn opts() -> BackupOptions {
         host: "test-host".into(),
         tags: vec!["t".into()],
         parent: None,
+        index_interval: None,
     }
 }
 
@@ -407,7 +408,7 @@ async fn init_refuses_an_existing_repository_and_open_names_a_missing_one() {
 
 /// Flips a byte in the middle of each of `packs` (the gateway's ciphertext), or with
 /// `everywhere` one in every 4 KiB.
-fn damage(packs: &[std::path::PathBuf], everywhere: bool) {
+pub fn damage(packs: &[std::path::PathBuf], everywhere: bool) {
     for f in packs {
         let mut b = std::fs::read(f).unwrap();
         let mid = b.len() / 2;
@@ -419,7 +420,7 @@ fn damage(packs: &[std::path::PathBuf], everywhere: bool) {
     }
 }
 
-fn packs(env: &Env) -> Vec<std::path::PathBuf> {
+pub fn packs(env: &Env) -> Vec<std::path::PathBuf> {
     env.stored_files()
         .into_iter()
         .filter(|f| f.to_string_lossy().contains("/data/"))

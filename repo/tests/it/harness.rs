@@ -15,6 +15,7 @@ pub const BUCKET: &str = "repo";
 pub struct Env {
     pub upstream: Upstream,
     pub gateway: Running,
+    keyring: std::sync::Arc<kura_keys::Keyring>,
 }
 
 impl Env {
@@ -22,15 +23,21 @@ impl Env {
         // The embedded default's store, not plain s3s-fs: concurrent backups storing the
         // same content-addressed pack race on one key (testkit's `Upstream::local_dir`).
         let upstream = Upstream::local_dir().await;
-        let config = kura_testkit::gateway::loopback_config(
-            &upstream,
-            kura_testkit::gateway::keyring(),
-            vec![kura_testkit::gateway::credential(AK, SK)],
-        );
-        let gateway = kura_gateway::server::start(config).await.unwrap();
-        let env = Env { upstream, gateway };
+        let keyring = kura_testkit::gateway::keyring();
+        let gateway = start_gateway(&upstream, &keyring, 0).await;
+        let env = Env {
+            upstream,
+            gateway,
+            keyring,
+        };
         env.storage("").ensure_bucket().await.unwrap();
         env
+    }
+
+    /// Another gateway in front of the same upstream with the same keys, on `port` of
+    /// 127.0.0.1 (as the same gateway restarted there would be).
+    pub async fn gateway_on(&self, port: u16) -> Running {
+        start_gateway(&self.upstream, &self.keyring, port).await
     }
 
     pub fn location(&self, prefix: &str) -> S3Location {
@@ -72,6 +79,22 @@ impl Env {
             .filter(|f| f.to_string_lossy().contains(&needle))
             .collect()
     }
+}
+
+/// A gateway in front of `upstream` sealing under `keyring`, on `port` of 127.0.0.1 (0:
+/// any).
+async fn start_gateway(
+    upstream: &Upstream,
+    keyring: &std::sync::Arc<kura_keys::Keyring>,
+    port: u16,
+) -> Running {
+    let mut config = kura_testkit::gateway::loopback_config(
+        upstream,
+        keyring.clone(),
+        vec![kura_testkit::gateway::credential(AK, SK)],
+    );
+    config.listen.set_port(port);
+    kura_gateway::server::start(config).await.unwrap()
 }
 
 /// A storage call, for [`Hook`]s.

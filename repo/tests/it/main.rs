@@ -7,5 +7,6 @@ mod backup_restore;
 mod init;
 mod integrity;
 mod lease;
+mod retry;
 mod sessions;
 mod upkeep;

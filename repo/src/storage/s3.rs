@@ -1,101 +1,19 @@
-//! Where repository objects are stored: a small trait keyed by (file type, name), and its
-//! one implementation, S3 through a kura gateway (FORMAT.md section 2).
+//! The repository's storage on S3 through a kura gateway (FORMAT.md section 2): one
+//! attempt of each request here, retried by `retry.rs`.
 
 use std::future::Future;
+use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
+use super::retry::{Attempt, DEFAULT_RETRY_FOR, Failure, Retrier, Retry, transient_answer};
+use super::{FileType, Storage};
 use crate::error::{RepoError, Result};
-
-/// The kinds of repository objects, each under its own name prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileType {
-    /// `config`.
-    Config,
-    /// `data/XX/ID`: packs.
-    Pack,
-    /// `index/ID`.
-    Index,
-    /// `snapshots/ID`.
-    Snapshot,
-    /// `prune/ID`: packs marked for deletion (FORMAT.md section 9).
-    PruneMark,
-    /// `lease/N`: the upkeep lease of generation N (FORMAT.md section 9.1).
-    Lease,
-    /// `session/TOKEN`: a running backup's session (FORMAT.md section 9.2).
-    Session,
-}
-
-impl FileType {
-    /// The object name of `name` (an ID in hex; ignored for `Config`), relative to the
-    /// repository prefix.
-    #[must_use]
-    pub fn path(self, name: &str) -> String {
-        match self {
-            Self::Config => "config".into(),
-            Self::Pack => format!("data/{}/{name}", name.get(..2).unwrap_or("00")),
-            Self::Index => format!("index/{name}"),
-            Self::Snapshot => format!("snapshots/{name}"),
-            Self::PruneMark => format!("prune/{name}"),
-            Self::Lease => format!("lease/{name}"),
-            Self::Session => format!("session/{name}"),
-        }
-    }
-
-    fn list_prefix(self) -> &'static str {
-        match self {
-            Self::Config => "config",
-            Self::Pack => "data/",
-            Self::Index => "index/",
-            Self::Snapshot => "snapshots/",
-            Self::PruneMark => "prune/",
-            Self::Lease => "lease/",
-            Self::Session => "session/",
-        }
-    }
-}
-
-/// Object storage for one repository. Objects are small (config, index, snapshots) or
-/// bounded by the pack size, so whole-object calls take and return `Bytes`.
-pub trait Storage: Send + Sync + 'static {
-    /// Stores an object (replacing none: every name but `config` is content-addressed).
-    fn put(&self, ft: FileType, name: &str, data: Bytes)
-    -> impl Future<Output = Result<()>> + Send;
-    /// Stores an object only if none is there under that name (`If-None-Match: *`), in one
-    /// request, so that of two writers racing for a name exactly one wins. `Ok(false)`
-    /// when an object was already there; nothing is written then.
-    fn create(
-        &self,
-        ft: FileType,
-        name: &str,
-        data: Bytes,
-    ) -> impl Future<Output = Result<bool>> + Send;
-    /// Reads a whole object.
-    fn get(&self, ft: FileType, name: &str) -> impl Future<Output = Result<Bytes>> + Send;
-    /// Reads `len` bytes at `offset`.
-    fn get_range(
-        &self,
-        ft: FileType,
-        name: &str,
-        offset: u64,
-        len: u64,
-    ) -> impl Future<Output = Result<Bytes>> + Send;
-    /// Whether an object exists.
-    fn exists(&self, ft: FileType, name: &str) -> impl Future<Output = Result<bool>> + Send;
-    /// Names (IDs in hex) and sizes of all objects of a type.
-    fn list(&self, ft: FileType) -> impl Future<Output = Result<Vec<(String, u64)>>> + Send;
-    /// Deletes an object.
-    fn delete(&self, ft: FileType, name: &str) -> impl Future<Output = Result<()>> + Send;
-    /// When an object was last written (seconds since the Unix epoch), if it exists.
-    fn modified(
-        &self,
-        ft: FileType,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<i64>>> + Send;
-}
 
 /// A repository at `s3://BUCKET/PREFIX/` behind a kura gateway.
 #[derive(Clone)]
@@ -105,6 +23,8 @@ pub struct S3Storage {
     prefix: String,
     /// Whether PUT bodies are hashed into the signature (see [`S3Storage::new`]).
     sign_payload: bool,
+    /// How transient failures are retried.
+    retry: Retrier,
 }
 
 /// Where a repository is and how to reach it.
@@ -161,13 +81,41 @@ impl S3Storage {
                 None,
                 "kura",
             ))
+            // Retries are this type's own (`retry.rs`): the SDK's give up after 3 attempts
+            // in a few seconds, too soon for a gateway that restarts.
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .build(),
+            )
             .build();
         Self {
             client: Client::from_conf(conf),
             bucket: loc.bucket.clone(),
             prefix: loc.prefix.clone(),
             sign_payload: !payload_is_protected(&loc.endpoint),
+            retry: Retrier::new(DEFAULT_RETRY_FOR),
         }
+    }
+
+    /// Retries each request's transient failures (connection refused or reset, timeouts,
+    /// HTTP 5xx, 429, SlowDown) for up to `bound` (0: never), with exponential backoff and
+    /// jitter; [`DEFAULT_RETRY_FOR`] unless set. Until the gateway first answered, for at
+    /// most 10 s of that.
+    #[must_use]
+    pub fn with_retry_for(mut self, bound: Duration) -> Self {
+        self.retry.bound = bound;
+        self
+    }
+
+    /// `attempt`, retried as `retry.rs` says.
+    async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Attempt<T>>,
+    {
+        self.retry.run(attempt).await.map(|(v, _)| v)
     }
 
     fn key(&self, ft: FileType, name: &str) -> String {
@@ -182,7 +130,7 @@ impl S3Storage {
     async fn head(
         &self,
         key: &str,
-    ) -> Result<Option<aws_sdk_s3::operation::head_object::HeadObjectOutput>> {
+    ) -> Attempt<Option<aws_sdk_s3::operation::head_object::HeadObjectOutput>> {
         match self
             .client
             .head_object()
@@ -211,7 +159,7 @@ impl S3Storage {
         name: &str,
         data: Bytes,
         if_absent: bool,
-    ) -> Result<bool> {
+    ) -> Attempt<bool> {
         let key = self.key(ft, name);
         let put = self
             .client
@@ -240,25 +188,33 @@ impl S3Storage {
     /// # Errors
     /// When the gateway refuses both HEAD and CREATE of the bucket.
     pub async fn ensure_bucket(&self) -> Result<()> {
-        if self
-            .client
-            .head_bucket()
-            .bucket(&self.bucket)
-            .send()
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        self.client
-            .create_bucket()
-            .bucket(&self.bucket)
-            .send()
-            .await
-            .map_err(|e| sdk_error("CreateBucket", &self.bucket, &e))?;
-        Ok(())
+        self.retrying(|| async {
+            if self
+                .client
+                .head_bucket()
+                .bucket(&self.bucket)
+                .send()
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            self.client
+                .create_bucket()
+                .bucket(&self.bucket)
+                .send()
+                .await
+                .map_err(|e| sdk_error("CreateBucket", &self.bucket, &e))?;
+            Ok(())
+        })
+        .await
     }
 }
+
+/// The header with which a kura gateway marks an error answer that repeats however often
+/// it is retried (`gateway/src/error.rs`): a stored object that failed authentication, or
+/// one under a key the gateway lacks.
+const PERMANENT_ERROR_HEADER: &str = "x-kura-error";
 
 /// Whether the connection itself protects a PUT body, so that it need not be hashed into
 /// the signature: TLS, or a loopback address (an in-process or sidecar gateway). As with
@@ -286,19 +242,20 @@ fn payload_is_protected(endpoint: &str) -> bool {
 }
 
 /// One line for a failed SDK call: the S3 error code and message, or why the gateway could
-/// not be reached.
+/// not be reached; and whether trying again may help.
 fn sdk_error<E>(
     op: &'static str,
     key: &str,
     e: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> RepoError
+) -> Failure
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata,
 {
     use aws_sdk_s3::error::SdkError;
-    let detail = match e {
+    let (detail, retry) = match e {
         SdkError::ServiceError(s) => {
             let code = s.err().code().unwrap_or("error");
+            let status = s.raw().status().as_u16();
             let hint = match code {
                 "SignatureDoesNotMatch" | "InvalidAccessKeyId" => {
                     ": the gateway refused the credentials (check the access key ID and KURA_SECRET_ACCESS_KEY)"
@@ -306,40 +263,60 @@ where
                 "AccessDenied" => ": this access key may not use this bucket",
                 _ => "",
             };
-            format!(
-                "{code} {} (HTTP {}){hint}",
-                s.err().message().unwrap_or(""),
-                s.raw().status().as_u16()
+            // The gateway's word that the error repeats (a stored object that failed
+            // authentication answers 500 too, and would be retried for minutes).
+            let permanent = s.raw().headers().get(PERMANENT_ERROR_HEADER).is_some();
+            let retry = if transient_answer(status, code, permanent) {
+                Retry::Answered
+            } else {
+                Retry::Never
+            };
+            (
+                format!(
+                    "{code} {} (HTTP {status}){hint}",
+                    s.err().message().unwrap_or("")
+                ),
+                retry,
             )
         }
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
-            "cannot reach the gateway (wrong --endpoint, or it is not running?)".into()
-        }
-        other => other.to_string(),
+        SdkError::DispatchFailure(d) if d.is_user() => (format!("{e}"), Retry::Never),
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => (
+            "cannot reach the gateway (wrong --endpoint, or it is not running?)".into(),
+            Retry::Unreached,
+        ),
+        SdkError::ResponseError(_) => (e.to_string(), Retry::Answered),
+        other => (other.to_string(), Retry::Never),
     };
-    RepoError::Storage {
-        op,
-        key: key.to_string(),
-        detail,
+    Failure {
+        error: RepoError::Storage {
+            op,
+            key: key.to_string(),
+            detail,
+        },
+        retry,
     }
 }
 
-impl Storage for S3Storage {
-    async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
-        self.put_object(ft, name, data, false).await.map(drop)
+/// A body that broke off while it was read: the gateway answered, and may again.
+fn cut_short(op: &'static str, key: &str, e: &impl std::fmt::Display) -> Failure {
+    Failure {
+        error: RepoError::Storage {
+            op,
+            key: key.to_string(),
+            detail: e.to_string(),
+        },
+        retry: Retry::Answered,
     }
+}
 
-    async fn create(&self, ft: FileType, name: &str, data: Bytes) -> Result<bool> {
-        self.put_object(ft, name, data, true).await
-    }
-
-    async fn get(&self, ft: FileType, name: &str) -> Result<Bytes> {
-        let key = self.key(ft, name);
+/// Single attempts of the requests that [`Storage`] retries.
+impl S3Storage {
+    async fn get_once(&self, key: &str) -> Attempt<Bytes> {
         let out = self
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(&key)
+            .key(key)
             .send()
             .await
             .map_err(|e| {
@@ -348,47 +325,40 @@ impl Storage for S3Storage {
                 if e.as_service_error()
                     .is_some_and(|s| s.is_no_such_key() || s.code() == Some("NoSuchBucket"))
                 {
-                    RepoError::NotFound(key.clone())
+                    Failure::from(RepoError::NotFound(key.to_string()))
                 } else {
-                    sdk_error("GetObject", &key, &e)
+                    sdk_error("GetObject", key, &e)
                 }
             })?;
-        let body = out.body.collect().await.map_err(|e| RepoError::Storage {
-            op: "GetObject",
-            key: key.clone(),
-            detail: e.to_string(),
-        })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| cut_short("GetObject", key, &e))?;
         Ok(body.into_bytes())
     }
 
-    async fn get_range(&self, ft: FileType, name: &str, offset: u64, len: u64) -> Result<Bytes> {
-        let key = self.key(ft, name);
-        if len == 0 {
-            return Ok(Bytes::new());
-        }
+    async fn get_range_once(&self, key: &str, offset: u64, len: u64) -> Attempt<Bytes> {
         let out = self
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(&key)
+            .key(key)
             .range(format!("bytes={offset}-{}", offset + len - 1))
             .send()
             .await
-            .map_err(|e| sdk_error("GetObject", &key, &e))?;
+            .map_err(|e| sdk_error("GetObject", key, &e))?;
         // Into one buffer of the expected size as the pieces arrive: one copy (collecting
         // first and joining after is two).
         let mut body = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut stream = out.body;
-        while let Some(piece) = stream.try_next().await.map_err(|e| RepoError::Storage {
-            op: "GetObject",
-            key: key.clone(),
-            detail: e.to_string(),
-        })? {
+        while let Some(piece) = stream
+            .try_next()
+            .await
+            .map_err(|e| cut_short("GetObject", key, &e))?
+        {
             if (body.len() + piece.len()) as u64 > len {
-                return Err(RepoError::corrupt(
-                    key,
-                    "range read returned too many bytes",
-                ));
+                return Err(RepoError::corrupt(key, "range read returned too many bytes").into());
             }
             body.extend_from_slice(&piece);
         }
@@ -397,31 +367,23 @@ impl Storage for S3Storage {
             return Err(RepoError::corrupt(
                 key,
                 format!("range read returned {} of {len} bytes", body.len()),
-            ));
+            )
+            .into());
         }
         Ok(body)
     }
 
-    async fn exists(&self, ft: FileType, name: &str) -> Result<bool> {
-        Ok(self.head(&self.key(ft, name)).await?.is_some())
-    }
-
-    async fn list(&self, ft: FileType) -> Result<Vec<(String, u64)>> {
-        let prefix = if self.prefix.is_empty() {
-            ft.list_prefix().to_string()
-        } else {
-            format!("{}/{}", self.prefix, ft.list_prefix())
-        };
+    async fn list_once(&self, prefix: &str) -> Attempt<Vec<(String, u64)>> {
         let mut out = Vec::new();
         let mut pages = self
             .client
             .list_objects_v2()
             .bucket(&self.bucket)
-            .prefix(&prefix)
+            .prefix(prefix)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| sdk_error("ListObjectsV2", &prefix, &e))?;
+            let page = page.map_err(|e| sdk_error("ListObjectsV2", prefix, &e))?;
             for obj in page.contents() {
                 let Some(key) = obj.key() else { continue };
                 let name = key.rsplit('/').next().unwrap_or(key);
@@ -434,8 +396,75 @@ impl Storage for S3Storage {
         Ok(out)
     }
 
+    async fn delete_once(&self, key: &str) -> Attempt<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| sdk_error("DeleteObject", key, &e))?;
+        Ok(())
+    }
+}
+
+impl Storage for S3Storage {
+    async fn put(&self, ft: FileType, name: &str, data: Bytes) -> Result<()> {
+        self.retrying(|| self.put_object(ft, name, data.clone(), false))
+            .await
+            .map(drop)
+    }
+
+    async fn create(&self, ft: FileType, name: &str, data: Bytes) -> Result<bool> {
+        let (created, retried) = self
+            .retry
+            .run(|| self.put_object(ft, name, data.clone(), true))
+            .await?;
+        if created || !retried {
+            return Ok(created);
+        }
+        // An earlier attempt whose answer was lost may have stored the object: then it is
+        // ours, byte for byte (what is created holds a random token or key), and this
+        // writer won the race it would otherwise believe lost.
+        let key = self.key(ft, name);
+        match self.retrying(|| self.get_once(&key)).await {
+            Ok(stored) => Ok(stored == data),
+            Err(RepoError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get(&self, ft: FileType, name: &str) -> Result<Bytes> {
+        let key = self.key(ft, name);
+        self.retrying(|| self.get_once(&key)).await
+    }
+
+    async fn get_range(&self, ft: FileType, name: &str, offset: u64, len: u64) -> Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let key = self.key(ft, name);
+        self.retrying(|| self.get_range_once(&key, offset, len))
+            .await
+    }
+
+    async fn exists(&self, ft: FileType, name: &str) -> Result<bool> {
+        let key = self.key(ft, name);
+        Ok(self.retrying(|| self.head(&key)).await?.is_some())
+    }
+
+    async fn list(&self, ft: FileType) -> Result<Vec<(String, u64)>> {
+        let prefix = if self.prefix.is_empty() {
+            ft.list_prefix().to_string()
+        } else {
+            format!("{}/{}", self.prefix, ft.list_prefix())
+        };
+        self.retrying(|| self.list_once(&prefix)).await
+    }
+
     async fn modified(&self, ft: FileType, name: &str) -> Result<Option<i64>> {
-        let head = self.head(&self.key(ft, name)).await?;
+        let key = self.key(ft, name);
+        let head = self.retrying(|| self.head(&key)).await?;
         Ok(head.and_then(|h| {
             h.last_modified()
                 .map(aws_sdk_s3::primitives::DateTime::secs)
@@ -444,14 +473,7 @@ impl Storage for S3Storage {
 
     async fn delete(&self, ft: FileType, name: &str) -> Result<()> {
         let key = self.key(ft, name);
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| sdk_error("DeleteObject", &key, &e))?;
-        Ok(())
+        self.retrying(|| self.delete_once(&key)).await
     }
 }
 
