@@ -730,3 +730,31 @@ fn concurrent_backup_processes_beside_prune_leave_every_snapshot_whole() {
         }
     }
 }
+
+/// Regression: one node backs up two volumes; `restore latest` onto a device wrote
+/// whichever volume was backed up last. `latest` now resolves within `--host`, `--path`
+/// and `--tag`, and refuses, naming each volume, when they leave more than one.
+#[test]
+fn restore_latest_refuses_two_volumes_and_takes_the_one_path_names() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--block-kib", "64"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("vol-a.img"), dir.path().join("vol-b.img"));
+    std::fs::write(&a, pseudo_random(300_000, 1)).unwrap();
+    std::fs::write(&b, pseudo_random(300_000, 2)).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    ok(&kura(&gw, &["backup", "--host", "node-1", "--block", a], None));
+    ok(&kura(&gw, &["backup", "--host", "node-1", "--block", b], None));
+    let target = dir.path().join("device.raw");
+    std::fs::write(&target, vec![0xAA; 300_000]).unwrap();
+    let t = target.to_str().unwrap();
+
+    let out = kura(&gw, &["restore", "latest", t], None);
+    assert!(!out.status.success(), "restored one of two volumes");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(a) && err.contains(b), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), vec![0xAA; 300_000]);
+
+    ok(&kura(&gw, &["restore", "latest", "--path", a, t], None));
+    assert!(std::fs::read(&target).unwrap() == pseudo_random(300_000, 1));
+}
