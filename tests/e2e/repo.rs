@@ -955,3 +955,26 @@ fn a_device_restore_refuses_a_held_or_small_device_and_names_what_it_overwrites(
     let written = std::fs::read(&large).unwrap();
     assert!(written[..300_000] == pseudo_random(300_000, 7));
 }
+
+/// `backup --parent latest` is the newest snapshot of this host and these paths (as
+/// restic's), not another volume's that happens to be newer.
+#[test]
+fn parent_latest_is_the_newest_of_the_same_paths() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    tree(a.path());
+    tree(b.path());
+    let (a, b) = (a.path().to_str().unwrap(), b.path().to_str().unwrap());
+    ok(&kura(&gw, &["backup", "--host", "node-1", a], None));
+    ok(&kura(&gw, &["backup", "--host", "node-1", b], None));
+    let out = ok(&kura(
+        &gw,
+        &["backup", "--host", "node-1", "--parent", "latest", a],
+        None,
+    ));
+    assert!(
+        out.contains("(3 unchanged, not read)"),
+        "a's own parent: {out}"
+    );
+}
