@@ -75,7 +75,9 @@ pub struct RepairIndexArgs {
 pub struct LsArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// Snapshot ID (or a unique prefix), or `latest`.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Snapshot ID (or a unique prefix), or `latest` (as for `restore`).
     pub snapshot: String,
     /// Only this path (relative to the snapshot root) and what is below it.
     pub path: Option<String>,
@@ -88,6 +90,9 @@ pub struct LsArgs {
 pub struct DiffArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
+    /// Both snapshots are resolved among those these match.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// The older snapshot (ID prefix or `latest`).
     pub from: String,
     /// The newer snapshot.
@@ -115,11 +120,38 @@ pub struct CheckArgs {
     pub read_data: bool,
 }
 
+/// Which snapshots a command looks at (restic's filters): a snapshot must match every
+/// kind given.
+#[derive(Args, Debug, Default)]
+pub struct FilterArgs {
+    /// Only snapshots of this host (repeatable: any of them).
+    #[arg(long = "host", id = "filter_host", value_name = "HOST")]
+    pub hosts: Vec<String>,
+    /// Only snapshots that include this path, as `kura snapshots` shows it (repeatable:
+    /// all of them); a stream's is `-:NAME`.
+    #[arg(
+        long = "path",
+        id = "filter_path",
+        value_name = "PATH",
+        allow_hyphen_values = true
+    )]
+    pub paths: Vec<String>,
+    /// Only snapshots with these tags, `a,b` for both (repeatable: any of the lists).
+    #[arg(long = "tag", id = "filter_tag", value_name = "TAGS")]
+    pub tags: Vec<String>,
+}
+
 #[derive(Args, Debug)]
 pub struct ForgetArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// Keep the newest N snapshots (per host and tag set).
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Apply the rules per group of snapshots sharing these: a comma list of host, paths,
+    /// tags; `''` makes one group of all.
+    #[arg(long, default_value = "host,paths", value_name = "LIST")]
+    pub group_by: kura_repo::GroupBy,
+    /// Keep the newest N snapshots (per group).
     #[arg(long, default_value_t = 0)]
     pub keep_last: u32,
     /// Keep the newest snapshot of each of the last N hours.
@@ -137,7 +169,29 @@ pub struct ForgetArgs {
     /// ... years.
     #[arg(long, default_value_t = 0)]
     pub keep_yearly: u32,
-    /// Show what would be removed, remove nothing.
+    /// Keep every snapshot newer than the group's newest minus SPAN, restic's form:
+    /// `1y2m3d4h` (years, months, days, hours; `m` is months).
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within: Option<kura_repo::Within>,
+    /// Keep the newest snapshot of each hour within SPAN of the group's newest.
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within_hourly: Option<kura_repo::Within>,
+    /// ... of each day.
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within_daily: Option<kura_repo::Within>,
+    /// ... of each week.
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within_weekly: Option<kura_repo::Within>,
+    /// ... of each month.
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within_monthly: Option<kura_repo::Within>,
+    /// ... of each year.
+    #[arg(long, value_name = "SPAN")]
+    pub keep_within_yearly: Option<kura_repo::Within>,
+    /// Keep snapshots with these tags, `a,b` for both (repeatable: any of the lists).
+    #[arg(long, value_name = "TAGS")]
+    pub keep_tag: Vec<String>,
+    /// Show per group what would be kept (and by which rule) and removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Print JSON.
@@ -297,7 +351,10 @@ pub struct SnapshotsArgs {
 pub struct RestoreArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
-    /// Snapshot ID (or a unique prefix), or `latest`.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Snapshot ID (or a unique prefix), or `latest`: the newest of those the filters
+    /// match, refused when they are of more than one host and paths.
     pub snapshot: String,
     /// Target directory (created if missing); or, for a one-file snapshot (stdin,
     /// --block), an existing block device or file to write it onto, or `-` for stdout.

@@ -85,6 +85,33 @@ pub enum RepoError {
         /// How it ended: `exited with status 3`, `was killed by signal 9`, ...
         how: String,
     },
+    /// `latest` named the newest snapshot of more than one group of host and paths (two
+    /// volumes of one node, say): which one was meant is not guessed.
+    #[error(
+        "`latest` is ambiguous: the snapshots it could name belong to {} hosts and paths (listed \
+         above); choose with --host, --path or --tag, or give a snapshot ID",
+        candidates.len()
+    )]
+    AmbiguousLatest {
+        /// The newest snapshot of each group, by host and paths.
+        candidates: Vec<LatestCandidate>,
+    },
+    /// A block device to restore onto is mounted or held by another program.
+    #[error("{path} is in use (mounted, or held by another program); nothing was written")]
+    DeviceBusy {
+        /// The device.
+        path: String,
+    },
+    /// A block device to restore onto is smaller than the image.
+    #[error("{path} holds {size} bytes, less than the image's {needed}; nothing was written")]
+    TargetTooSmall {
+        /// The device.
+        path: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The image's size in bytes.
+        needed: u64,
+    },
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]
     Random,
@@ -129,6 +156,32 @@ pub enum RepoError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+/// The newest snapshot of one group that `latest` could have named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatestCandidate {
+    /// Its host.
+    pub host: String,
+    /// Its paths.
+    pub paths: Vec<String>,
+    /// Its ID, in hex.
+    pub id: String,
+    /// Its time, as recorded.
+    pub time: String,
+}
+
+impl std::fmt::Display for LatestCandidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "host {}, paths [{}]: newest {} at {}",
+            self.host,
+            self.paths.join(", "),
+            self.id.get(..8).unwrap_or(&self.id),
+            self.time
+        )
+    }
 }
 
 impl RepoError {

@@ -1,22 +1,148 @@
-//! `kura forget`: which snapshots a retention policy keeps, per host and tag set, and
-//! deleting the others' snapshot objects (their data goes with `prune`).
+//! `kura forget`: which snapshots a retention policy keeps, per group (host and paths by
+//! default, `--group-by`), among the snapshots the filters match, and deleting the
+//! others' snapshot objects (their data goes with `prune`).
+//!
+//! The rules are restic's: `last` and the calendar rules (hourly ... yearly) keep the
+//! newest snapshot of each of the newest N buckets, walking a group newest first;
+//! `within` keeps what is newer than the group's newest snapshot minus the duration (so
+//! that a backup schedule that stopped does not make forget take everything); the
+//! `within-*` rules keep the newest of every bucket within that span; `tag` keeps
+//! snapshots with every tag of one of its lists. An incomplete snapshot (something could
+//! not be read) takes no slot of the counted or calendar rules: it would push a complete
+//! one out. As Kopia does, one newer than the group's newest complete snapshot is kept
+//! all the same (it holds the newest copy of everything it did read); an older one stays
+//! only when `within` or `tag` keeps it.
 
 use std::collections::BTreeMap;
+
+use serde::Serialize;
+use time::OffsetDateTime;
 
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::lease::Lease;
 use crate::repository::Repository;
+use crate::select::{GroupBy, GroupKey, SnapshotFilter, has_tags};
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 
 /// A snapshot time's bucket for one rule (year and hour, day, week or month).
-type Bucket = fn(&time::OffsetDateTime) -> (i32, u32);
-/// Snapshots by (host, sorted tags): (time, ID).
-type Groups = BTreeMap<(String, Vec<String>), Vec<(time::OffsetDateTime, Id)>>;
+type Bucket = fn(&OffsetDateTime) -> (i32, u32);
+
+/// The calendar rules' buckets, hourly to yearly, in the snapshot's own UTC offset.
+const BUCKETS: [Bucket; 5] = [
+    |t| (t.year(), u32::from(t.ordinal()) * 24 + u32::from(t.hour())),
+    |t| (t.year(), u32::from(t.ordinal())),
+    |t| {
+        let (y, w, _) = t.to_iso_week_date();
+        (y, u32::from(w))
+    },
+    |t| (t.year(), u32::from(u8::from(t.month()))),
+    |t| (t.year(), 0),
+];
+
+/// A span of calendar time as restic writes it: `1y2m3d4h` (years, months, days, hours;
+/// any of them, each at most once, in that order). `m` is months here, unlike `--grace`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Within {
+    /// Years.
+    pub years: u32,
+    /// Months.
+    pub months: u32,
+    /// Days.
+    pub days: u32,
+    /// Hours.
+    pub hours: u32,
+}
+
+impl std::str::FromStr for Within {
+    type Err = RepoError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            RepoError::Invalid(format!(
+                "{s:?}: {why}; expected a span such as 7d, 24h, 1y6m (y years, m months, d days, h hours)"
+            ))
+        };
+        let mut w = Self::default();
+        let mut rest = s.trim();
+        let mut order = 0;
+        while !rest.is_empty() {
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let n: u32 = rest[..digits]
+                .parse()
+                .map_err(|_| bad("a number must come first"))?;
+            let unit = rest[digits..]
+                .chars()
+                .next()
+                .ok_or_else(|| bad("a unit must follow the number"))?;
+            let (slot, rank) = match unit {
+                'y' => (&mut w.years, 1),
+                'm' => (&mut w.months, 2),
+                'd' => (&mut w.days, 3),
+                'h' => (&mut w.hours, 4),
+                _ => return Err(bad("units are y, m, d and h")),
+            };
+            if rank <= order {
+                return Err(bad("each unit once, in the order y, m, d, h"));
+            }
+            order = rank;
+            *slot = n;
+            rest = &rest[digits + 1..];
+        }
+        if w == Self::default() {
+            return Err(bad("the span must be more than zero"));
+        }
+        Ok(w)
+    }
+}
+
+impl std::fmt::Display for Within {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, unit) in [
+            (self.years, 'y'),
+            (self.months, 'm'),
+            (self.days, 'd'),
+            (self.hours, 'h'),
+        ] {
+            if n > 0 {
+                write!(f, "{n}{unit}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Within {
+    /// `t` minus this span: calendar years and months first (a day past the end of the
+    /// month it lands in becomes that month's last day), then days and hours.
+    fn before(self, t: OffsetDateTime) -> OffsetDateTime {
+        let month_index = i64::from(t.year()) * 12 + i64::from(u8::from(t.month()))
+            - 1
+            - i64::from(self.years) * 12
+            - i64::from(self.months);
+        let (year, month0) = (month_index.div_euclid(12), month_index.rem_euclid(12));
+        let shifted = i32::try_from(year)
+            .ok()
+            .zip(u8::try_from(month0 + 1).ok())
+            .and_then(|(y, m)| {
+                let month = time::Month::try_from(m).ok()?;
+                let day = t.day().min(month.length(y));
+                time::Date::from_calendar_date(y, month, day).ok()
+            })
+            .map_or(OffsetDateTime::UNIX_EPOCH.replace_offset(t.offset()), |d| {
+                t.replace_date(d)
+            });
+        shifted
+            - time::Duration::days(i64::from(self.days))
+            - time::Duration::hours(i64::from(self.hours))
+    }
+}
 
 /// How many snapshots to keep, by rule; a snapshot kept by any rule stays.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct KeepPolicy {
     /// The newest N.
     pub last: u32,
@@ -30,107 +156,317 @@ pub struct KeepPolicy {
     pub monthly: u32,
     /// ... years.
     pub yearly: u32,
+    /// Every snapshot newer than the group's newest minus this.
+    pub within: Option<Within>,
+    /// The newest of each hour, day, week, month and year (in that order) within these
+    /// spans of the group's newest.
+    pub within_calendar: [Option<Within>; 5],
+    /// Tag lists: a snapshot with every tag of one is kept.
+    pub tags: Vec<Vec<String>>,
 }
 
 impl KeepPolicy {
-    fn is_empty(&self) -> bool {
-        self.last + self.hourly + self.daily + self.weekly + self.monthly + self.yearly == 0
+    /// Refuses a policy with no rule: it would remove everything.
+    fn check(&self) -> Result<()> {
+        let empty = self.last + self.hourly + self.daily + self.weekly + self.monthly + self.yearly
+            == 0
+            && self.within.is_none()
+            && self.within_calendar.iter().all(Option::is_none)
+            && self.tags.is_empty();
+        if empty {
+            return Err(RepoError::Invalid(
+                "no --keep-* rule given: refusing to forget every snapshot".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn counts(&self) -> [u32; 5] {
+        [
+            self.hourly,
+            self.daily,
+            self.weekly,
+            self.monthly,
+            self.yearly,
+        ]
     }
 }
 
-/// (kept, removed) snapshot IDs. Snapshots are grouped by host and tag set; each group is
-/// judged on its own, newest first.
-///
-/// # Errors
-/// An empty policy (it would remove everything), or a snapshot time that does not parse.
-pub fn select(snaps: &[(Id, Snapshot)], policy: KeepPolicy) -> Result<(Vec<Id>, Vec<Id>)> {
-    if policy.is_empty() {
-        return Err(RepoError::Invalid(
-            "no --keep-* rule given: refusing to forget every snapshot".into(),
-        ));
+/// Why a snapshot is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum KeepReason {
+    /// `--keep-last`.
+    Last,
+    /// `--keep-hourly`.
+    Hourly,
+    /// `--keep-daily`.
+    Daily,
+    /// `--keep-weekly`.
+    Weekly,
+    /// `--keep-monthly`.
+    Monthly,
+    /// `--keep-yearly`.
+    Yearly,
+    /// `--keep-within`.
+    Within,
+    /// `--keep-within-hourly`.
+    WithinHourly,
+    /// `--keep-within-daily`.
+    WithinDaily,
+    /// `--keep-within-weekly`.
+    WithinWeekly,
+    /// `--keep-within-monthly`.
+    WithinMonthly,
+    /// `--keep-within-yearly`.
+    WithinYearly,
+    /// `--keep-tag`.
+    Tag,
+    /// An incomplete snapshot newer than the group's newest complete one.
+    Incomplete,
+}
+
+impl std::fmt::Display for KeepReason {
+    /// The rule's name as JSON gives it (`last`, `within-daily`, `tag`, ...).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Last => "last",
+            Self::Hourly => "hourly",
+            Self::Daily => "daily",
+            Self::Weekly => "weekly",
+            Self::Monthly => "monthly",
+            Self::Yearly => "yearly",
+            Self::Within => "within",
+            Self::WithinHourly => "within-hourly",
+            Self::WithinDaily => "within-daily",
+            Self::WithinWeekly => "within-weekly",
+            Self::WithinMonthly => "within-monthly",
+            Self::WithinYearly => "within-yearly",
+            Self::Tag => "tag",
+            Self::Incomplete => "incomplete",
+        })
     }
-    let mut groups: Groups = BTreeMap::new();
-    for (id, s) in snaps {
-        let t =
-            time::OffsetDateTime::parse(&s.time, &time::format_description::well_known::Rfc3339)
-                .map_err(|e| RepoError::corrupt(format!("snapshot {}", id.short()), e))?;
-        let mut tags = s.tags.clone();
-        tags.sort();
-        groups
-            .entry((s.host.clone(), tags))
-            .or_default()
-            .push((t, *id));
+}
+
+const CALENDAR: [KeepReason; 5] = [
+    KeepReason::Hourly,
+    KeepReason::Daily,
+    KeepReason::Weekly,
+    KeepReason::Monthly,
+    KeepReason::Yearly,
+];
+const WITHIN_CALENDAR: [KeepReason; 5] = [
+    KeepReason::WithinHourly,
+    KeepReason::WithinDaily,
+    KeepReason::WithinWeekly,
+    KeepReason::WithinMonthly,
+    KeepReason::WithinYearly,
+];
+
+/// One snapshot's verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// The snapshot.
+    pub id: Id,
+    /// Its time, as recorded.
+    pub time: String,
+    /// Whether it is incomplete (it then took no slot of a counted or calendar rule).
+    pub incomplete: bool,
+    /// The rules that keep it; empty for one removed.
+    pub reasons: Vec<KeepReason>,
+}
+
+/// One group's verdicts, newest first.
+#[derive(Clone, Debug, Serialize)]
+pub struct ForgetGroup {
+    /// What the group's snapshots share.
+    pub group: GroupKey,
+    /// Kept.
+    pub keep: Vec<Verdict>,
+    /// Removed (or, in a dry run, to be removed).
+    pub remove: Vec<Verdict>,
+}
+
+/// What `forget` kept and removed, per group.
+#[derive(Clone, Debug, Serialize)]
+pub struct ForgetReport {
+    /// Nothing was deleted.
+    pub dry_run: bool,
+    /// The groups, by key.
+    pub groups: Vec<ForgetGroup>,
+}
+
+impl ForgetReport {
+    /// The kept snapshots' IDs.
+    #[must_use]
+    pub fn kept(&self) -> Vec<Id> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.keep.iter().map(|v| v.id))
+            .collect()
     }
-    let (mut keep, mut remove) = (Vec::new(), Vec::new());
-    for (_, mut group) in groups {
-        group.sort_by_key(|g| std::cmp::Reverse(g.0));
-        let rules: [(u32, Bucket); 5] = [
-            (policy.hourly, |t| {
-                (t.year(), u32::from(t.ordinal()) * 24 + u32::from(t.hour()))
-            }),
-            (policy.daily, |t| (t.year(), u32::from(t.ordinal()))),
-            (policy.weekly, |t| {
-                let (y, w, _) = t.to_iso_week_date();
-                (y, u32::from(w))
-            }),
-            (policy.monthly, |t| {
-                (t.year(), u32::from(u8::from(t.month())))
-            }),
-            (policy.yearly, |t| (t.year(), 0)),
-        ];
-        let mut left: Vec<u32> = rules.iter().map(|r| r.0).collect();
-        let mut last_bucket: Vec<Option<(i32, u32)>> = vec![None; rules.len()];
-        for (i, (t, id)) in group.iter().enumerate() {
-            let mut kept = (i as u64) < u64::from(policy.last);
-            for (r, (_, bucket)) in rules.iter().enumerate() {
+
+    /// The removed snapshots' IDs.
+    #[must_use]
+    pub fn removed(&self) -> Vec<Id> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.remove.iter().map(|v| v.id))
+            .collect()
+    }
+}
+
+/// What `forget` does: the rules, how snapshots are grouped, which it looks at, and
+/// whether it only says what it would delete.
+#[derive(Clone, Debug, Default)]
+pub struct ForgetOptions {
+    /// The rules.
+    pub policy: KeepPolicy,
+    /// Grouping (host and paths by default).
+    pub group_by: GroupBy,
+    /// Snapshots the filter does not match are neither kept nor removed: left alone.
+    pub filter: SnapshotFilter,
+    /// Delete nothing (and take no lease).
+    pub dry_run: bool,
+}
+
+impl From<KeepPolicy> for ForgetOptions {
+    fn from(policy: KeepPolicy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+}
+
+/// Judges one group, newest first: each snapshot's reasons (none: removed).
+fn judge(group: &[(OffsetDateTime, Id, &Snapshot)], policy: &KeepPolicy) -> Vec<Vec<KeepReason>> {
+    let Some(newest) = group.first().map(|g| g.0) else {
+        return Vec::new();
+    };
+    let within = policy.within.map(|w| w.before(newest));
+    let within_calendar = policy.within_calendar.map(|w| w.map(|w| w.before(newest)));
+    let mut left = policy.counts();
+    let mut last_bucket = [None; 5];
+    let mut last_within_bucket = [None; 5];
+    let mut complete_seen = 0u32;
+    let mut verdicts = Vec::with_capacity(group.len());
+    for (t, _, snap) in group {
+        let mut reasons = Vec::new();
+        if snap.incomplete {
+            // Newest first: no complete snapshot seen yet means none is newer.
+            if complete_seen == 0 {
+                reasons.push(KeepReason::Incomplete);
+            }
+        } else {
+            if complete_seen < policy.last {
+                reasons.push(KeepReason::Last);
+            }
+            complete_seen += 1;
+            for (r, bucket) in BUCKETS.iter().enumerate() {
                 let b = bucket(t);
                 if left[r] > 0 && last_bucket[r] != Some(b) {
                     last_bucket[r] = Some(b);
                     left[r] -= 1;
-                    kept = true;
+                    reasons.push(CALENDAR[r]);
+                }
+                if within_calendar[r].is_some_and(|since| *t > since)
+                    && last_within_bucket[r] != Some(b)
+                {
+                    last_within_bucket[r] = Some(b);
+                    reasons.push(WITHIN_CALENDAR[r]);
                 }
             }
-            if kept {
-                keep.push(*id);
-            } else {
-                remove.push(*id);
-            }
         }
+        if within.is_some_and(|since| *t > since) {
+            reasons.push(KeepReason::Within);
+        }
+        if policy.tags.iter().any(|list| has_tags(snap, list)) {
+            reasons.push(KeepReason::Tag);
+        }
+        verdicts.push(reasons);
     }
-    Ok((keep, remove))
+    verdicts
 }
 
-/// Applies `policy`: deletes the snapshot objects it does not keep. Returns (kept, removed).
+/// What `opts` keeps and removes of `snaps`, per group.
 ///
 /// # Errors
-/// An empty policy (it would remove everything), a snapshot time that does not parse, and
-/// storage errors.
+/// An empty policy (it would remove everything), or a snapshot time that does not parse.
+pub fn select(snaps: &[(Id, Snapshot)], opts: &ForgetOptions) -> Result<ForgetReport> {
+    opts.policy.check()?;
+    let mut groups: BTreeMap<GroupKey, Vec<(OffsetDateTime, Id, &Snapshot)>> = BTreeMap::new();
+    for (id, s) in snaps.iter().filter(|(_, s)| opts.filter.matches(s)) {
+        let t = s.instant().ok_or_else(|| {
+            RepoError::corrupt(format!("snapshot {}", id.short()), "time does not parse")
+        })?;
+        groups
+            .entry(opts.group_by.key(s))
+            .or_default()
+            .push((t, *id, s));
+    }
+    let mut report = ForgetReport {
+        dry_run: opts.dry_run,
+        groups: Vec::with_capacity(groups.len()),
+    };
+    for (key, mut group) in groups {
+        group.sort_by_key(|g| std::cmp::Reverse((g.0, g.1)));
+        let mut out = ForgetGroup {
+            group: key,
+            keep: Vec::new(),
+            remove: Vec::new(),
+        };
+        for ((_, id, snap), reasons) in group.iter().zip(judge(&group, &opts.policy)) {
+            let v = Verdict {
+                id: *id,
+                time: snap.time.clone(),
+                incomplete: snap.incomplete,
+                reasons,
+            };
+            if v.reasons.is_empty() {
+                out.remove.push(v);
+            } else {
+                out.keep.push(v);
+            }
+        }
+        report.groups.push(out);
+    }
+    Ok(report)
+}
+
+/// Applies `opts`: deletes the snapshot objects its policy does not keep, holding the
+/// upkeep lease; a dry run reads the snapshots, takes no lease and deletes nothing.
+///
+/// # Errors
+/// An empty policy (it would remove everything), a snapshot time that does not parse,
+/// the lease held elsewhere or lost, and storage errors.
 pub async fn forget<S: Storage>(
     repo: &Repository<S>,
-    policy: KeepPolicy,
-    dry_run: bool,
-) -> Result<(Vec<Id>, Vec<Id>)> {
-    if dry_run {
+    opts: &ForgetOptions,
+) -> Result<ForgetReport> {
+    if opts.dry_run {
         let snaps = repo.snapshots().await?;
-        return select(&snaps, policy);
+        return select(&snaps, opts);
     }
+    opts.policy.check()?;
     let lease = Lease::acquire(&repo.storage, "forget", &repo.progress).await?;
     let result = async {
         let snaps = repo.snapshots().await?;
-        let (keep, remove) = select(&snaps, policy)?;
+        let report = select(&snaps, opts)?;
         lease.check().await?;
-        for id in &remove {
+        for id in report.removed() {
             repo.storage
                 .delete(FileType::Snapshot, &id.to_hex())
                 .await?;
         }
-        Ok((keep, remove))
+        Ok(report)
     }
     .await;
     let released = lease.release().await;
-    let kept_and_removed = result?;
+    let report = result?;
     released?;
-    Ok(kept_and_removed)
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -152,40 +488,155 @@ mod tests {
         }
     }
 
+    fn snaps(times: &[&str]) -> Vec<(Id, Snapshot)> {
+        times
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (Id([u8::try_from(i).unwrap(); 32]), snap(t, "node-a")))
+            .collect()
+    }
+
+    fn kept(snaps: &[(Id, Snapshot)], policy: KeepPolicy) -> Vec<u8> {
+        let mut k: Vec<u8> = select(snaps, &policy.into())
+            .unwrap()
+            .kept()
+            .iter()
+            .map(|id| id.0[0])
+            .collect();
+        k.sort_unstable();
+        k
+    }
+
     #[test]
     fn daily_keeps_the_newest_of_each_day_per_host() {
-        let times = [
+        let mut all = snaps(&[
             "2026-12-01T01:00:00Z",
             "2026-12-01T23:00:00Z",
             "2026-12-02T05:00:00Z",
             "2026-12-02T06:00:00Z",
             "2026-12-03T00:30:00Z",
-        ];
-        let mut snaps: Vec<(Id, Snapshot)> = times
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (Id([u8::try_from(i).unwrap(); 32]), snap(t, "node-a")))
-            .collect();
-        snaps.push((Id([9; 32]), snap("2026-11-01T00:00:00Z", "node-b")));
-        let policy = KeepPolicy {
+        ]);
+        all.push((Id([9; 32]), snap("2026-11-01T00:00:00Z", "node-b")));
+        let daily = KeepPolicy {
             daily: 2,
             ..KeepPolicy::default()
         };
-        let (keep, remove) = select(&snaps, policy).unwrap();
         // node-a: the 3rd (12-03) and the newest of 12-02; node-b: its only one.
-        let mut keep = keep;
-        keep.sort();
-        assert_eq!(keep, [Id([3; 32]), Id([4; 32]), Id([9; 32])]);
-        assert_eq!(remove.len(), 3);
-        assert!(select(&snaps, KeepPolicy::default()).is_err());
-        let (keep, _) = select(
-            &snaps,
-            KeepPolicy {
-                last: 1,
-                ..KeepPolicy::default()
-            },
-        )
-        .unwrap();
-        assert_eq!(keep.len(), 2, "one per host");
+        assert_eq!(kept(&all, daily), [3, 4, 9]);
+        assert!(select(&all, &KeepPolicy::default().into()).is_err());
+        let last = KeepPolicy {
+            last: 1,
+            ..KeepPolicy::default()
+        };
+        assert_eq!(kept(&all, last), [4, 9], "one per host");
+    }
+
+    #[test]
+    fn keep_within_counts_back_from_the_groups_newest_snapshot_not_from_now() {
+        // The schedule stopped in 2025: keep-within 2d still keeps its last two days.
+        let all = snaps(&[
+            "2025-01-20T00:00:00Z",
+            "2025-03-08T00:00:00Z",
+            "2025-03-09T12:00:00Z",
+            "2025-03-10T00:00:00Z",
+        ]);
+        let within = |s: &str| KeepPolicy {
+            within: Some(s.parse().unwrap()),
+            ..KeepPolicy::default()
+        };
+        assert_eq!(kept(&all, within("2d")), [2, 3]);
+        assert_eq!(kept(&all, within("1m")), [1, 2, 3]);
+        assert_eq!(
+            kept(&all, within("1m21d")),
+            [1, 2, 3],
+            "the bound itself is out"
+        );
+        assert_eq!(kept(&all, within("1m22d")), [0, 1, 2, 3]);
+        let r = select(&all, &within("36h").into()).unwrap();
+        assert_eq!(r.groups[0].keep[0].reasons, [KeepReason::Within]);
+    }
+
+    #[test]
+    fn keep_within_daily_keeps_one_a_day_inside_the_span_only() {
+        let all = snaps(&[
+            "2026-01-01T10:00:00Z",
+            "2026-01-05T10:00:00Z",
+            "2026-01-05T20:00:00Z",
+            "2026-01-06T08:00:00Z",
+            "2026-01-06T09:00:00Z",
+        ]);
+        let mut p = KeepPolicy::default();
+        p.within_calendar[1] = Some("3d".parse().unwrap());
+        assert_eq!(kept(&all, p), [2, 4]);
+    }
+
+    #[test]
+    fn an_incomplete_snapshot_takes_no_slot_and_an_older_one_stays_only_by_within_or_tag() {
+        let mut all = snaps(&[
+            "2026-01-01T10:00:00Z",
+            "2026-01-02T10:00:00Z",
+            "2026-01-03T10:00:00Z",
+            "2026-01-04T10:00:00Z",
+        ]);
+        all[1].1.incomplete = true;
+        all[3].1.incomplete = true;
+        all[0].1.tags = vec!["keep".into(), "x".into()];
+        let last = KeepPolicy {
+            last: 2,
+            daily: 1,
+            ..KeepPolicy::default()
+        };
+        // 1 takes no slot, so `last 2` reaches 0; 3 is newer than every complete one.
+        assert_eq!(kept(&all, last.clone()), [0, 2, 3]);
+        let r = select(&all, &last.into()).unwrap();
+        assert_eq!(r.groups[0].keep[0].reasons, [KeepReason::Incomplete]);
+        let tag = KeepPolicy {
+            last: 1,
+            tags: vec![vec!["keep".into()]],
+            ..KeepPolicy::default()
+        };
+        assert_eq!(kept(&all, tag), [0, 2, 3]);
+        let within = KeepPolicy {
+            within: Some("3d".parse().unwrap()),
+            ..KeepPolicy::default()
+        };
+        assert_eq!(kept(&all, within), [1, 2, 3]);
+        all[2].1.incomplete = true;
+        all[0].1.incomplete = true;
+        assert_eq!(
+            kept(
+                &all,
+                KeepPolicy {
+                    last: 1,
+                    ..KeepPolicy::default()
+                }
+            ),
+            [0, 1, 2, 3],
+            "no complete snapshot: every one is the newest copy of something"
+        );
+    }
+
+    #[test]
+    fn spans_are_restics_years_months_days_hours() {
+        let w: Within = "1y2m3d4h".parse().unwrap();
+        assert_eq!((w.years, w.months, w.days, w.hours), (1, 2, 3, 4));
+        assert_eq!(w.to_string(), "1y2m3d4h");
+        for bad in ["", "0d", "5", "d", "3w", "2d1y", "1d1d", "-1d"] {
+            assert!(bad.parse::<Within>().is_err(), "{bad:?}");
+        }
+        let t = |s: &str| {
+            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+        };
+        // A month back from 31 March is the last day of February.
+        let m: Within = "1m".parse().unwrap();
+        assert_eq!(
+            m.before(t("2026-03-31T12:00:00Z")),
+            t("2026-02-28T12:00:00Z")
+        );
+        let y: Within = "1y1d1h".parse().unwrap();
+        assert_eq!(
+            y.before(t("2026-01-01T00:00:00Z")),
+            t("2024-12-30T23:00:00Z")
+        );
     }
 }

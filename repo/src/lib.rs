@@ -13,11 +13,13 @@
 //!   [`S3Storage`], S3 through the gateway.
 //! - [`Repository`] (`repository.rs`): an opened repository (config read, index loaded).
 //! - [`backup()`] (`backup/`: walk, read, chunk, then the packer) and [`restore()`]
-//!   (`restore/`: the tree walk, writing a file, direct I/O, fetching): the two
-//!   directions.
-//! - [`check()`], [`forget()`], [`prune()`]: upkeep; prune's marks, which backups read too,
-//!   are `marks.rs`'s; the upkeep lease `lease.rs`'s, backups' sessions `session.rs`'s,
-//!   and the storage's clock, by which all of them age, `clock.rs`'s.
+//!   (`restore/`: the tree walk, writing a file, direct I/O, fetching, opening a
+//!   device): the two directions.
+//! - [`check()`], [`forget()`], [`prune()`]: upkeep. Which snapshots a command looks at,
+//!   and how `forget` groups them, is `select.rs`'s, shared with resolving `latest`;
+//!   prune's marks, which backups read too, are `marks.rs`'s; the upkeep lease
+//!   `lease.rs`'s, backups' sessions `session.rs`'s, and the storage's clock, by which all
+//!   of them age, `clock.rs`'s.
 //! - Formats: `config.rs`, `id.rs`, `blob.rs`, `pack.rs`, `index.rs`, `tree.rs`,
 //!   `snapshot.rs`; chunking `cdc.rs`; errors [`RepoError`].
 
@@ -43,6 +45,7 @@ mod repair_index;
 mod repair_snapshots;
 mod repository;
 mod restore;
+mod select;
 mod session;
 mod snapshot;
 mod storage;
@@ -53,8 +56,10 @@ pub use blob::{BlobType, Compression};
 pub use check::{CheckReport, check};
 pub use config::{ChunkerSizes, Config, DEFAULT_GRACE, DEFAULT_SESSION_TIMEOUT, Params};
 pub use diff::{Change, diff};
-pub use error::{RepoError, Result};
-pub use forget::{KeepPolicy, forget};
+pub use error::{LatestCandidate, RepoError, Result};
+pub use forget::{
+    ForgetGroup, ForgetOptions, ForgetReport, KeepPolicy, KeepReason, Verdict, Within, forget,
+};
 pub use id::Id;
 pub use include::Include;
 pub use index::{INDEX_INTERVAL, Index};
@@ -64,7 +69,11 @@ pub use prune::{PruneReport, prune};
 pub use repair_index::{RepairIndexReport, repair_index};
 pub use repair_snapshots::{RepairSnapshotsReport, repair_snapshots};
 pub use repository::Repository;
-pub use restore::{FAILURES_IN_A_ROW, RestoreSummary, restore, restore_file, write_content};
+pub use restore::{
+    FAILURES_IN_A_ROW, FileTarget, RestoreSummary, restore, restore_file, restore_file_to,
+    write_content,
+};
+pub use select::{GroupBy, GroupKey, SnapshotFilter};
 pub use snapshot::{Snapshot, Summary};
 pub use storage::{DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage};
 pub use tree::{Content, Node, NodeType, Tree};

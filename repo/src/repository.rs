@@ -12,6 +12,7 @@ use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::index::{Index, IndexJson};
 use crate::progress::Progress;
+use crate::select::{self, SnapshotFilter};
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
@@ -404,27 +405,33 @@ impl<S: Storage> Repository<S> {
         Ok(out)
     }
 
-    /// The snapshot named by `latest` or a unique prefix of its ID.
+    /// The snapshot named by `latest` or a unique prefix of its ID, among all snapshots
+    /// (as [`Self::resolve_snapshot`] with no filter).
     ///
     /// # Errors
-    /// `NotFound` when none or several match.
+    /// As [`Self::resolve_snapshot`].
     pub async fn find_snapshot(&self, name: &str) -> Result<(Id, Snapshot)> {
-        let all = self.snapshots().await?;
-        if name == "latest" {
-            return all
-                .into_iter()
-                .last()
-                .ok_or_else(|| RepoError::NotFound("no snapshots".into()));
-        }
-        let mut matching = all
-            .into_iter()
-            .filter(|(id, _)| id.to_hex().starts_with(name));
-        match (matching.next(), matching.next()) {
-            (Some(one), None) => Ok(one),
-            (None, _) => Err(RepoError::NotFound(format!("snapshot {name}"))),
-            (Some(_), Some(_)) => Err(RepoError::NotFound(format!(
-                "{name} names more than one snapshot"
-            ))),
-        }
+        self.resolve_snapshot(name, &SnapshotFilter::default())
+            .await
+    }
+
+    /// The snapshot named by `name` among those `filter` matches: a unique prefix of its
+    /// ID, or `latest`, the newest, when the snapshots matched are of one host and one set
+    /// of paths.
+    ///
+    /// # Errors
+    /// `NotFound` when none or several match; [`RepoError::AmbiguousLatest`] (naming each
+    /// group's newest) when `latest` could name the snapshots of several hosts or paths;
+    /// storage errors.
+    pub async fn resolve_snapshot(
+        &self,
+        name: &str,
+        filter: &SnapshotFilter,
+    ) -> Result<(Id, Snapshot)> {
+        let mut all = self.snapshots().await?;
+        let before = all.len();
+        all.retain(|(_, s)| filter.matches(s));
+        let filtered = all.len() < before;
+        select::resolve(all, name, filtered)
     }
 }

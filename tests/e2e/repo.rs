@@ -860,3 +860,251 @@ fn a_backup_rides_out_a_gateway_restart() {
     assert!(restored.status.success());
     assert!(restored.stdout == *data, "the restore matches");
 }
+
+/// Regression: one node backs up two volumes; `restore latest` onto a device wrote
+/// whichever volume was backed up last. `latest` now resolves within `--host`, `--path`
+/// and `--tag`, and refuses, naming each volume, when they leave more than one.
+#[test]
+fn restore_latest_refuses_two_volumes_and_takes_the_one_path_names() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--block-kib", "64"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("vol-a.img"), dir.path().join("vol-b.img"));
+    std::fs::write(&a, pseudo_random(300_000, 1)).unwrap();
+    std::fs::write(&b, pseudo_random(300_000, 2)).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    ok(&kura(
+        &gw,
+        &["backup", "--host", "node-1", "--block", a],
+        None,
+    ));
+    ok(&kura(
+        &gw,
+        &["backup", "--host", "node-1", "--block", b],
+        None,
+    ));
+    let target = dir.path().join("device.raw");
+    std::fs::write(&target, vec![0xAA; 300_000]).unwrap();
+    let t = target.to_str().unwrap();
+
+    let out = kura(&gw, &["restore", "latest", t], None);
+    assert!(!out.status.success(), "restored one of two volumes");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(a) && err.contains(b), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), vec![0xAA; 300_000]);
+
+    ok(&kura(&gw, &["restore", "latest", "--path", a, t], None));
+    assert!(std::fs::read(&target).unwrap() == pseudo_random(300_000, 1));
+}
+
+/// `forget` keeps each volume apart, says per group in JSON what a dry run would keep
+/// (and by which rule) and remove, and applies the filters and `--group-by` it is given.
+#[test]
+fn forget_keeps_each_volume_and_a_dry_run_says_why_in_json() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    for (name, seed) in [("a", 1), ("b", 2), ("a", 3), ("b", 4)] {
+        let args = [
+            "backup",
+            "--host",
+            "node-1",
+            "--stdin",
+            "--stdin-name",
+            name,
+        ];
+        ok(&kura(&gw, &args, Some(&pseudo_random(2_000, seed))));
+    }
+    let count = |gw: &Gateway| {
+        let out = ok(&kura(gw, &["snapshots", "--json"], None));
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .map_or_else(|| panic!("{out}"), Vec::len)
+    };
+    assert_eq!(count(&gw), 4);
+
+    let dry = ok(&kura(
+        &gw,
+        &["forget", "--keep-last", "1", "--dry-run", "--json"],
+        None,
+    ));
+    let v: serde_json::Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(v["dry_run"], true, "{dry}");
+    let groups = v["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "one group per volume: {dry}");
+    for g in groups {
+        assert_eq!(g["group"]["host"], "node-1", "{dry}");
+        assert_eq!(g["keep"].as_array().unwrap().len(), 1, "{dry}");
+        assert_eq!(g["keep"][0]["reasons"][0], "last", "{dry}");
+        assert_eq!(g["remove"].as_array().unwrap().len(), 1, "{dry}");
+    }
+    assert_eq!(count(&gw), 4, "a dry run deletes nothing");
+
+    let out = ok(&kura(
+        &gw,
+        &[
+            "forget",
+            "--keep-last",
+            "1",
+            "--host",
+            "node-1",
+            "--path",
+            "-:a",
+        ],
+        None,
+    ));
+    assert!(out.contains("kept 1 snapshots, removed 1"), "{out}");
+    assert_eq!(count(&gw), 3, "b's two are not a's filter's");
+
+    let out = ok(&kura(
+        &gw,
+        &[
+            "forget",
+            "--keep-last",
+            "1",
+            "--group-by",
+            "host",
+            "--dry-run",
+        ],
+        None,
+    ));
+    assert!(out.contains("host node-1:"), "{out}");
+    assert!(
+        out.contains("would remove 2"),
+        "one group for the host: {out}"
+    );
+    ok(&kura(
+        &gw,
+        &[
+            "forget",
+            "--keep-within",
+            "1d",
+            "--keep-tag",
+            "x,y",
+            "--dry-run",
+        ],
+        None,
+    ));
+
+    let bad = kura(
+        &gw,
+        &["forget", "--keep-last", "1", "--group-by", "volume"],
+        None,
+    );
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("none of host, paths, tags"), "{err}");
+    let none = kura(&gw, &["forget", "--dry-run"], None);
+    assert!(
+        !none.status.success(),
+        "no rule is refused, even in a dry run"
+    );
+    assert_eq!(count(&gw), 3);
+}
+
+/// A loop device over a file, detached on drop; `None` where this process may not make
+/// one (not root, no loop driver): the device tests then say so and pass.
+struct Loop(String);
+
+impl Loop {
+    fn attach(file: &Path) -> Option<Self> {
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && dev.starts_with("/dev/")).then_some(Self(dev))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["--detach", &self.0]).status();
+    }
+}
+
+/// A device restore opens the device exclusively: refused while something holds it (as
+/// a mount does) or when it is smaller than the image, the device untouched; otherwise
+/// it says what it overwrites and writes the image.
+#[test]
+fn a_device_restore_refuses_a_held_or_small_device_and_names_what_it_overwrites() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--block-kib", "64"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("vol.img");
+    std::fs::write(&image, pseudo_random(300_000, 7)).unwrap();
+    let args = [
+        "backup",
+        "--host",
+        "node-1",
+        "--block",
+        image.to_str().unwrap(),
+    ];
+    ok(&kura(&gw, &args, None));
+
+    let (small, large) = (dir.path().join("small"), dir.path().join("large"));
+    std::fs::write(&small, vec![0xAA; 256 << 10]).unwrap();
+    std::fs::write(&large, vec![0xAA; 512 << 10]).unwrap();
+    let (Some(small_dev), Some(large_dev)) = (Loop::attach(&small), Loop::attach(&large)) else {
+        eprintln!("no loop device can be made here (needs root and losetup): not run");
+        return;
+    };
+
+    let out = kura(&gw, &["restore", "latest", &small_dev.0], None);
+    assert!(!out.status.success(), "restored onto a device too small");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("less than the image's 300000"), "{err}");
+
+    // An exclusive holder, as a mounted filesystem or a device-mapper table is.
+    let holder = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::EXCL.bits().cast_signed())
+        .open(&large_dev.0)
+        .unwrap();
+    let out = kura(&gw, &["restore", "latest", &large_dev.0], None);
+    assert!(!out.status.success(), "restored onto a held device");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use"), "{err}");
+    drop(holder);
+    let untouched = |f: &Path, len: usize| std::fs::read(f).unwrap() == vec![0xAA; len];
+    assert!(untouched(&small, 256 << 10) && untouched(&large, 512 << 10));
+
+    let out = kura(&gw, &["restore", "latest", &large_dev.0], None);
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "overwriting {} (524288 bytes) with 300000 bytes",
+            large_dev.0
+        )) && err.contains("node-1"),
+        "{err}"
+    );
+    drop((small_dev, large_dev));
+    let written = std::fs::read(&large).unwrap();
+    assert!(written[..300_000] == pseudo_random(300_000, 7));
+}
+
+/// `backup --parent latest` is the newest snapshot of this host and these paths (as
+/// restic's), not another volume's that happens to be newer.
+#[test]
+fn parent_latest_is_the_newest_of_the_same_paths() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    tree(a.path());
+    tree(b.path());
+    let (a, b) = (a.path().to_str().unwrap(), b.path().to_str().unwrap());
+    ok(&kura(&gw, &["backup", "--host", "node-1", a], None));
+    ok(&kura(&gw, &["backup", "--host", "node-1", b], None));
+    let out = ok(&kura(
+        &gw,
+        &["backup", "--host", "node-1", "--parent", "latest", a],
+        None,
+    ));
+    assert!(
+        out.contains("(3 unchanged, not read)"),
+        "a's own parent: {out}"
+    );
+}

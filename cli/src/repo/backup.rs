@@ -42,7 +42,20 @@ pub fn run(args: &BackupArgs) -> Result<()> {
     let incomplete = super::runtime()?.block_on(async {
         let (mut repo, _conn) = super::open(&args.repo).await?;
         let parent = match (&args.parent, &source) {
-            (Some(p), _) => Some(repo.find_snapshot(p).await?.0),
+            // As restic: `--parent latest` is the newest of this host and these paths,
+            // not of the whole repository (another volume's tree would make a poor parent).
+            (Some(p), _) => {
+                let within = kura_repo::SnapshotFilter {
+                    hosts: vec![host.clone()],
+                    paths: match &source {
+                        Source::Paths(paths) => paths.iter().map(|p| p.display().to_string()).collect(),
+                        _ => Vec::new(),
+                    },
+                    tags: Vec::new(),
+                };
+                let filter = if p == "latest" { within } else { kura_repo::SnapshotFilter::default() };
+                Some(super::resolve(&repo, p, &filter).await?.0)
+            }
             (None, Source::Paths(paths)) if !args.force => {
                 let wanted: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
                 repo.snapshots()

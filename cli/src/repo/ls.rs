@@ -8,7 +8,7 @@ use crate::args::LsArgs;
 pub fn run(args: &LsArgs) -> Result<()> {
     super::runtime()?.block_on(async {
         let (repo, _conn) = super::open(&args.repo).await?;
-        let (_, snap) = repo.find_snapshot(&args.snapshot).await?;
+        let (_, snap) = super::find_snapshot(&repo, &args.snapshot, &args.filter).await?;
         let only = args
             .path
             .as_deref()

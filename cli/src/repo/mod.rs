@@ -19,7 +19,7 @@ pub mod stats;
 use anyhow::{Context as _, Result};
 use kura_repo::{S3Location, S3Storage};
 
-use crate::args::{GatewayArgs, RepoArgs};
+use crate::args::{FilterArgs, GatewayArgs, RepoArgs};
 
 /// Storage for the repository, and the in-process gateway behind it when there is one
 /// (it serves until this value is dropped).
@@ -140,5 +140,55 @@ pub fn warn_clock_skew<S: kura_repo::Storage>(repo: &kura_repo::Repository<S>) {
             "kura: warning: this host's clock is {secs} s {ahead} the storage's; snapshot times \
              come from this clock (kura judges every age by the storage's clock)"
         );
+    }
+}
+
+/// `a,b` lists as given to `--tag` and `--keep-tag`: each one's tags.
+pub fn tag_lists(args: &[String]) -> Vec<Vec<String>> {
+    args.iter()
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+/// The `--host`, `--path` and `--tag` filters as the library takes them.
+pub fn filter(args: &FilterArgs) -> kura_repo::SnapshotFilter {
+    kura_repo::SnapshotFilter {
+        hosts: args.hosts.clone(),
+        paths: args.paths.clone(),
+        tags: tag_lists(&args.tags),
+    }
+}
+
+/// The snapshot `name` names among those the filters match (one resolver for `restore`,
+/// `ls` and `diff`); see [`resolve`].
+pub async fn find_snapshot<S: kura_repo::Storage>(
+    repo: &kura_repo::Repository<S>,
+    name: &str,
+    args: &FilterArgs,
+) -> Result<(kura_repo::Id, kura_repo::Snapshot)> {
+    resolve(repo, name, &filter(args)).await
+}
+
+/// The snapshot `name` names among those `filter` matches; an ambiguous `latest` lists
+/// its candidates on stderr, one line per host and paths, before the error.
+pub async fn resolve<S: kura_repo::Storage>(
+    repo: &kura_repo::Repository<S>,
+    name: &str,
+    filter: &kura_repo::SnapshotFilter,
+) -> Result<(kura_repo::Id, kura_repo::Snapshot)> {
+    match repo.resolve_snapshot(name, filter).await {
+        Err(kura_repo::RepoError::AmbiguousLatest { candidates }) => {
+            for c in &candidates {
+                eprintln!("kura: candidate: {c}");
+            }
+            Err(kura_repo::RepoError::AmbiguousLatest { candidates }.into())
+        }
+        found => Ok(found?),
     }
 }

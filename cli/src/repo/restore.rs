@@ -9,11 +9,9 @@ use crate::args::RestoreArgs;
 pub fn run(args: &RestoreArgs) -> Result<()> {
     super::runtime()?.block_on(async {
         let (repo, _conn) = super::open(&args.repo).await?;
-        let (id, snap) = repo.find_snapshot(&args.snapshot).await?;
-        // Not for `-`: the content goes to stdout and the bar would share a terminal with it.
-        let bar = (args.target != Path::new("-"))
-            .then(|| crate::progress::start(repo.progress().clone(), "restore"));
+        let (id, snap) = super::find_snapshot(&repo, &args.snapshot, &args.filter).await?;
         if args.target == Path::new("-") {
+            // No bar: the content goes to stdout and the bar would share a terminal with it.
             let tree = repo.read_tree(&snap.tree).await?;
             let [node] = tree.nodes.as_slice() else {
                 bail!(
@@ -38,7 +36,22 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                     tree.nodes.len()
                 );
             };
-            let n = kura_repo::restore_file(&repo, node, &args.target).await?;
+            let size = node.size.unwrap_or(0);
+            let target = kura_repo::FileTarget::open(&args.target, size)
+                .with_context(|| format!("restoring onto {}", args.target.display()))?;
+            if let Some(device) = target.device_size() {
+                eprintln!(
+                    "kura: overwriting {} ({device} bytes) with {size} bytes of snapshot {} \
+                     (host {}, paths [{}], taken {})",
+                    args.target.display(),
+                    id.to_hex(),
+                    snap.host,
+                    snap.paths.join(", "),
+                    snap.time
+                );
+            }
+            let bar = crate::progress::start(repo.progress().clone(), "restore");
+            let n = kura_repo::restore_file_to(&repo, node, target).await?;
             drop(bar);
             eprintln!(
                 "restored {n} bytes of snapshot {} onto {}",
@@ -47,6 +60,7 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             );
             return Ok(());
         }
+        let bar = crate::progress::start(repo.progress().clone(), "restore");
         let include = kura_repo::Include::new(&args.include)?;
         let s = kura_repo::restore(&repo, &snap.tree, &args.target, &include)
             .await

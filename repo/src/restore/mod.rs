@@ -5,6 +5,8 @@
 //!   files, metadata, failures and when to give up);
 //! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
 //! - `direct.rs`: large files through direct I/O;
+//! - `target.rs`: opening a one-file snapshot's target (a block device exclusively, and
+//!   only when it is large enough);
 //! - `fetch.rs`: plans a file's content into runs of chunks and fetches them ahead.
 //!
 //! Blobs are fetched by range GET through the gateway (FORMAT.md section 6) and checked
@@ -13,10 +15,10 @@
 
 mod direct;
 mod fetch;
+mod target;
 mod tree;
 mod write;
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 
@@ -29,6 +31,7 @@ use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::{Node, NodeType};
 
+pub use target::FileTarget;
 pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
 
 /// Restores the tree `root` under `target` (created if missing): the entries `include`
@@ -96,35 +99,44 @@ pub async fn write_content<S: Storage>(
     Ok(written)
 }
 
-/// Restores a single file node onto `path`: a block device (written in place, zeros
-/// included) or a regular file (created or replaced, sparse). For `kura restore SNAP
-/// /dev/...` and `kura restore SNAP image.raw` of a one-file snapshot.
+/// Restores a single file node onto `path`: a block device (opened exclusively, at
+/// least the file's size, written in place, zeros included) or a regular file (created
+/// or replaced, sparse). For `kura restore SNAP /dev/...` and `kura restore SNAP
+/// image.raw` of a one-file snapshot.
 ///
 /// # Errors
 /// [`RepoError::Invalid`] for a node that is not a regular file (before `path` is
-/// touched); storage and verification errors; a device smaller than the content; write
-/// errors.
+/// touched); as [`FileTarget::open`]; storage and verification errors; write errors.
 pub async fn restore_file<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
     path: &Path,
 ) -> Result<u64> {
-    use std::os::unix::fs::FileTypeExt as _;
     one_file(node)?;
-    let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
-    let f = OpenOptions::new()
-        .write(true)
-        .create(!is_device)
-        .truncate(!is_device)
-        .open(path)
-        .map_err(|e| RepoError::io(path, e))?;
-    let holes = if is_device {
+    let target = FileTarget::open(path, node.size.unwrap_or(0))?;
+    restore_file_to(repo, node, target).await
+}
+
+/// Restores a single file node onto a target opened with [`FileTarget::open`] (so that
+/// the caller can say what it overwrites first).
+///
+/// # Errors
+/// [`RepoError::Invalid`] for a node that is not a regular file; storage and
+/// verification errors; write errors.
+pub async fn restore_file_to<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    target: FileTarget,
+) -> Result<u64> {
+    one_file(node)?;
+    let holes = if target.device_size().is_some() {
         write::Holes::WriteZeros
     } else {
         write::Holes::Skip
     };
     repo.progress.set_total(node.size.unwrap_or(0));
-    let n = write::write_file(repo, node, &f, path, holes).await?;
-    f.sync_all().map_err(|e| RepoError::io(path, e))?;
+    let path = target.path();
+    let n = write::write_file(repo, node, &target.file, path, holes).await?;
+    target.file.sync_all().map_err(|e| RepoError::io(path, e))?;
     Ok(n)
 }

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kura_repo::{
-    FileType, KeepPolicy, RepoError, Repository, Source, Storage, backup, check, forget, prune,
-};
+use kura_repo::{FileType, RepoError, Repository, Source, Storage, backup, check, forget, prune};
 use tokio::sync::Notify;
 
 use crate::backup_restore::{opts, small_params};
 use crate::harness::{Env, pseudo_random};
+use crate::upkeep::keep_last_of_host;
 
 /// Fault-injecting wrapper: the first listing of packs (a prune has its lease and has read
 /// snapshots and index by then) waits until the test releases it, as a process paused
@@ -87,11 +86,7 @@ async fn repository_with_garbage(env: &Env, prefix: &str) {
             .await
             .unwrap();
     }
-    let last = KeepPolicy {
-        last: 1,
-        ..KeepPolicy::default()
-    };
-    forget(&repo, last, false).await.unwrap();
+    forget(&repo, &keep_last_of_host(1)).await.unwrap();
 }
 
 fn leases(env: &Env, prefix: &str) -> Vec<String> {
@@ -127,15 +122,7 @@ async fn a_second_prune_while_one_runs_fails_naming_the_holder() {
         err.to_string().contains("process"),
         "names the holder: {err}"
     );
-    let refused = forget(
-        &second,
-        KeepPolicy {
-            last: 1,
-            ..KeepPolicy::default()
-        },
-        false,
-    )
-    .await;
+    let refused = forget(&second, &keep_last_of_host(1)).await;
     assert!(
         matches!(refused, Err(RepoError::Busy { .. })),
         "{refused:?}"

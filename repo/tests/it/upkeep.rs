@@ -10,6 +10,19 @@ use kura_repo::{
 use crate::backup_restore::{opts, small_params};
 use crate::harness::{Env, pseudo_random};
 
+/// Keep the newest `n` snapshots of each host, whatever their paths (these tests back up
+/// a different path each time and forget the older ones).
+pub(crate) fn keep_last_of_host(n: u32) -> kura_repo::ForgetOptions {
+    kura_repo::ForgetOptions {
+        policy: KeepPolicy {
+            last: n,
+            ..KeepPolicy::default()
+        },
+        group_by: "host".parse().unwrap(),
+        ..kura_repo::ForgetOptions::default()
+    }
+}
+
 pub(crate) fn pack_count(env: &Env, prefix: &str) -> usize {
     env.objects_under(prefix, "data").len()
 }
@@ -67,16 +80,7 @@ async fn a_backup_opened_before_a_prune_deleted_a_pack_stores_its_blobs_again() 
         .unwrap();
     backup(&mut repo, source("a.bin"), opts()).await.unwrap();
     backup(&mut repo, source("b.bin"), opts()).await.unwrap();
-    forget(
-        &repo,
-        KeepPolicy {
-            last: 1,
-            ..KeepPolicy::default()
-        },
-        false,
-    )
-    .await
-    .unwrap();
+    forget(&repo, &keep_last_of_host(1)).await.unwrap();
     let mut stale = Repository::open(env.storage("stale")).await.unwrap();
     assert!(
         !stale.index().is_empty(),
@@ -139,17 +143,8 @@ async fn forget_then_prune_twice_frees_only_the_forgotten_data() {
     .unwrap();
     let before = pack_count(&env, "gc");
 
-    let (keep, removed) = forget(
-        &repo,
-        KeepPolicy {
-            last: 1,
-            ..KeepPolicy::default()
-        },
-        false,
-    )
-    .await
-    .unwrap();
-    assert_eq!((keep.len(), removed.len()), (1, 1));
+    let report = forget(&repo, &keep_last_of_host(1)).await.unwrap();
+    assert_eq!((report.kept().len(), report.removed().len()), (1, 1));
     let mut repo = repo;
     let first = prune(&mut repo, Duration::ZERO).await.unwrap();
     assert!(first.marked > 0 && first.deleted == 0, "{first:?}");
@@ -471,11 +466,7 @@ async fn a_backup_goes_on_when_a_prune_mark_is_deleted_before_it_reads_it() {
         .unwrap();
     backup(&mut repo, source("a.bin"), opts()).await.unwrap();
     backup(&mut repo, source("b.bin"), opts()).await.unwrap();
-    let keep_last = KeepPolicy {
-        last: 1,
-        ..KeepPolicy::default()
-    };
-    forget(&repo, keep_last, false).await.unwrap();
+    forget(&repo, &keep_last_of_host(1)).await.unwrap();
     prune(&mut repo, Duration::from_hours(1)).await.unwrap();
     let marks = env
         .storage("marks")

@@ -1,0 +1,134 @@
+//! Where a one-file snapshot (an image, a stream) is restored: a block device, opened
+//! exclusively and checked to hold the whole image before a byte is written, or a
+//! regular file, created or replaced.
+//!
+//! On Linux, `O_EXCL` without `O_CREAT` on a block device asks for an exclusive open: the
+//! kernel refuses it (`EBUSY`) while the device is mounted, part of a device-mapper or
+//! RAID stack, or held exclusively by another program, which is what a restore must not
+//! overwrite.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek as _, SeekFrom};
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+use crate::error::{RepoError, Result};
+
+/// An opened target for one file's content.
+#[derive(Debug)]
+pub struct FileTarget {
+    pub(super) file: File,
+    path: PathBuf,
+    /// The device's size, for a block device.
+    device_size: Option<u64>,
+}
+
+impl FileTarget {
+    /// Opens `path` for a file of `needed` bytes: a block device exclusively, refused
+    /// when it is in use or smaller than `needed`; anything else created or truncated.
+    ///
+    /// # Errors
+    /// [`RepoError::DeviceBusy`], [`RepoError::TargetTooSmall`], or a failure to open.
+    pub fn open(path: &Path, needed: u64) -> Result<Self> {
+        let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        if !is_device {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(path)
+                .map_err(|e| RepoError::io(path, e))?;
+            return Ok(Self {
+                file,
+                path: path.to_path_buf(),
+                device_size: None,
+            });
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::EXCL.bits().cast_signed())
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) {
+                    RepoError::DeviceBusy {
+                        path: path.display().to_string(),
+                    }
+                } else {
+                    RepoError::io(path, e)
+                }
+            })?;
+        // What was opened, not what the name pointed at a moment before.
+        let opened = file.metadata().map_err(|e| RepoError::io(path, e))?;
+        if !opened.file_type().is_block_device() {
+            return Err(RepoError::Invalid(format!(
+                "{} changed while it was opened: it is no longer a block device",
+                path.display()
+            )));
+        }
+        let size = fits(&file, path, needed)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            device_size: Some(size),
+        })
+    }
+
+    /// The block device's size in bytes; `None` for a regular file.
+    #[must_use]
+    pub fn device_size(&self) -> Option<u64> {
+        self.device_size
+    }
+
+    /// The path it was opened at.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The size of what `file` opens (a block device's end is its size), refused when it is
+/// less than `needed`.
+fn fits(mut file: &File, path: &Path, needed: u64) -> Result<u64> {
+    let size = file
+        .seek(SeekFrom::End(0))
+        .and_then(|size| file.seek(SeekFrom::Start(0)).map(|_| size))
+        .map_err(|e| RepoError::io(path, e))?;
+    if size < needed {
+        return Err(RepoError::TargetTooSmall {
+            path: path.display().to_string(),
+            size,
+            needed,
+        });
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No block device can be made without root and a loop device; the size check is
+    /// the same seek on a regular file.
+    #[test]
+    fn a_target_smaller_than_the_image_is_refused_and_a_large_enough_one_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("small.img");
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        let file = File::open(&path).unwrap();
+        let err = fits(&file, &path, 4097).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RepoError::TargetTooSmall {
+                    size: 4096,
+                    needed: 4097,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("4096 bytes"), "{err}");
+        assert_eq!(fits(&file, &path, 4096).unwrap(), 4096);
+        assert_eq!(std::fs::read(&path).unwrap().len(), 4096, "nothing written");
+    }
+}
