@@ -36,6 +36,7 @@ pub mod fsmeta;
 mod id;
 mod include;
 mod index;
+mod keep;
 mod lease;
 mod marks;
 mod pack;
@@ -57,12 +58,11 @@ pub use check::{CheckReport, check};
 pub use config::{ChunkerSizes, Config, DEFAULT_GRACE, DEFAULT_SESSION_TIMEOUT, Params};
 pub use diff::{Change, diff};
 pub use error::{LatestCandidate, RepoError, Result};
-pub use forget::{
-    ForgetGroup, ForgetOptions, ForgetReport, KeepPolicy, KeepReason, Verdict, Within, forget,
-};
+pub use forget::{ForgetGroup, ForgetOptions, ForgetReport, Verdict, forget};
 pub use id::Id;
 pub use include::Include;
 pub use index::{INDEX_INTERVAL, Index};
+pub use keep::{KeepPolicy, KeepReason, Within};
 pub use pack::BlobLocation;
 pub use progress::Progress;
 pub use prune::{PruneReport, prune};
