@@ -832,18 +832,27 @@ fn a_backup_rides_out_a_gateway_restart() {
         .spawn()
         .unwrap();
     let mut pipe = child.stdin.take().unwrap();
+    // The first half before the kill, the rest after it: the backup cannot finish
+    // before the gateway goes, however fast this machine is.
+    let (killed, after_kill) = std::sync::mpsc::channel::<()>();
     let feed = {
         let data = data.clone();
-        std::thread::spawn(move || std::io::Write::write_all(&mut pipe, &data))
+        std::thread::spawn(move || {
+            let half = data.len() / 2;
+            std::io::Write::write_all(&mut pipe, &data[..half])?;
+            let _ = after_kill.recv();
+            std::io::Write::write_all(&mut pipe, &data[half..])
+        })
     };
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(
         child.try_wait().unwrap().is_none(),
-        "the backup finished before the gateway restarted"
+        "the backup ended before the gateway restarted"
     );
     let mut old = gw.child.take().unwrap();
     old.kill().unwrap();
     old.wait().unwrap();
+    killed.send(()).unwrap();
     // Down for some seconds, as a pod is while it is rescheduled and started (the S3
     // SDK's own retries give up after 3 attempts in about as many seconds).
     std::thread::sleep(std::time::Duration::from_secs(6));

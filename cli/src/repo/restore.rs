@@ -37,7 +37,7 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                 );
             };
             let size = node.size.unwrap_or(0);
-            let target = kura_repo::FileTarget::open(&args.target, size)
+            let target = kura_repo::FileTarget::open(&args.target, node)
                 .with_context(|| format!("restoring onto {}", args.target.display()))?;
             if let Some(device) = target.device_size() {
                 eprintln!(

@@ -53,19 +53,21 @@ impl Aligned {
     }
 }
 
-/// Opens (creating or truncating) `path` for direct writes; `None` when the file system
+/// Creates the new file `path` (`O_EXCL`) for direct writes; `None` when the file system
 /// does not do direct I/O (tmpfs, for one), so that the caller writes buffered instead.
 ///
 /// # Errors
 /// Any other failure to open.
 pub fn create(path: &Path) -> io::Result<Option<File>> {
-    // Not through a symlink in the file's place, as every file a restore writes (`write.rs`).
+    // A new file only, `0600` until the restore applies its mode, as every file a restore
+    // writes (`write.rs`).
     let flags = i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0)
-        | rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
+        | rustix::fs::OFlags::NOFOLLOW.bits().cast_signed()
+        | rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
     match OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .mode(0o600)
         .custom_flags(flags)
         .open(path)
     {

@@ -29,9 +29,10 @@ use crate::id::Id;
 use crate::include::Include;
 use crate::repository::Repository;
 use crate::storage::Storage;
-use crate::tree::{Node, NodeType};
+use crate::tree::Node;
 
 pub use target::FileTarget;
+use target::one_file;
 pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
 
 /// Restores the tree `root` under `target` (created if missing): the entries `include`
@@ -51,23 +52,6 @@ pub async fn restore<S: Storage>(
     std::fs::create_dir_all(target).map_err(|e| RepoError::io(target, e))?;
     let tree = repo.read_tree(root).await?;
     tree::Restorer::new(repo, include).run(tree, target).await
-}
-
-/// Refuses a node that is not a regular file where only a file's content can go: a
-/// directory or a link has none, and writing "nothing" would truncate the target (or
-/// feed an empty stream to a pipe) and report success.
-fn one_file(node: &Node) -> Result<()> {
-    if node.kind == Some(NodeType::File) {
-        return Ok(());
-    }
-    let kind = node.kind.map_or_else(
-        || "an entry of unknown type".to_string(),
-        |k| format!("a {k:?}"),
-    );
-    Err(RepoError::Invalid(format!(
-        "the snapshot holds {kind} ({}), not a file: restore it to a directory",
-        node.name().to_string_lossy()
-    )))
 }
 
 /// Writes the content of a file node to `out` (for `kura restore SNAP -`).
@@ -113,7 +97,7 @@ pub async fn restore_file<S: Storage>(
     path: &Path,
 ) -> Result<u64> {
     one_file(node)?;
-    let target = FileTarget::open(path, node.size.unwrap_or(0))?;
+    let target = FileTarget::open(path, node)?;
     restore_file_to(repo, node, target).await
 }
 

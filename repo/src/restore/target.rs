@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use crate::error::{RepoError, Result};
+use crate::tree::{Node, NodeType};
 
 /// An opened target for one file's content.
 #[derive(Debug)]
@@ -24,18 +25,24 @@ pub struct FileTarget {
 }
 
 impl FileTarget {
-    /// Opens `path` for a file of `needed` bytes: a block device exclusively, refused
-    /// when it is in use or smaller than `needed`; anything else created or truncated.
+    /// Opens `path` for `node`'s content: a block device exclusively, refused when it is
+    /// in use or smaller than the content; anything else created or truncated. Refuses a
+    /// node that is not a regular file before `path` is touched.
     ///
     /// # Errors
+    /// [`RepoError::Invalid`] for a node that is not a regular file;
     /// [`RepoError::DeviceBusy`], [`RepoError::TargetTooSmall`], or a failure to open.
-    pub fn open(path: &Path, needed: u64) -> Result<Self> {
+    pub fn open(path: &Path, node: &Node) -> Result<Self> {
+        one_file(node)?;
+        let needed = node.size.unwrap_or(0);
         let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
         if !is_device {
+            // Without waiting: a FIFO at the name would block the open for a reader.
             let file = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
                 .open(path)
                 .map_err(|e| RepoError::io(path, e))?;
             return Ok(Self {
@@ -101,6 +108,23 @@ fn fits(mut file: &File, path: &Path, needed: u64) -> Result<u64> {
         });
     }
     Ok(size)
+}
+
+/// Refuses a node that is not a regular file where only a file's content can go: a
+/// directory or a link has none, and writing "nothing" would truncate the target (or
+/// feed an empty stream to a pipe) and report success.
+pub(super) fn one_file(node: &Node) -> Result<()> {
+    if node.kind == Some(NodeType::File) {
+        return Ok(());
+    }
+    let kind = node.kind.map_or_else(
+        || "an entry of unknown type".to_string(),
+        |k| format!("a {k:?}"),
+    );
+    Err(RepoError::Invalid(format!(
+        "the snapshot holds {kind} ({}), not a file: restore it to a directory",
+        node.name().to_string_lossy()
+    )))
 }
 
 #[cfg(test)]

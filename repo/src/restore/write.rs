@@ -1,6 +1,7 @@
 //! Writing one file's content: a new regular file (sparse, through direct I/O when it is
-//! large), or an open file or device from its start (zeros written where it may hold old
-//! data). Never through a symlink that stands where the file goes.
+//! large, under a temporary name renamed over the old file), or an open file or device
+//! from its start (zeros written where it may hold old data). Never through a symlink that
+//! stands where the file goes, never opening a name that is there.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -19,55 +20,80 @@ use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::Node;
 
-/// Creates (or replaces) the regular file `path` with `node`'s content, sparse.
-/// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
-/// system allows it. A file whose content then fails is removed, never left with part of
-/// it; a file that could not be opened is left as it was (an in-place restore onto a file
-/// it may not write must not delete it).
+/// Creates (or replaces) the regular file `path` with `node`'s content, sparse: written
+/// under a temporary name in its directory, created `0600` and exclusively (no name that
+/// is there is ever opened: a FIFO or a device planted there is not touched), then renamed
+/// over `path`. So another hard link to the old file keeps the old content, the old
+/// file's extended attributes and ACLs go with it, and a file whose content fails keeps
+/// its old version. Files of `direct::DIRECT_MIN` bytes or more go through direct I/O
+/// where the file system allows it. The caller applies the metadata, after which the
+/// mode is the node's.
 pub(super) async fn new_file<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
     path: &Path,
 ) -> Result<u64> {
-    let link = unlink_symlink(path)?;
-    let opened = open_new_file(node, path);
-    if opened.is_err()
-        && let Some(target) = link
-    {
-        let _ = std::os::unix::fs::symlink(target, path);
-    }
-    let written = match opened? {
+    let (temp, opened) = open_temp_file(node, path)?;
+    let written = match opened {
         (f, true) => write_file_direct(repo, node, f, path).await,
         (f, false) => write_file(repo, node, &f, path, Holes::Skip).await,
     };
-    if written.is_err() {
-        let _ = std::fs::remove_file(path);
+    // `rename` replaces a symlink at `path` itself, never what it points at.
+    let placed = written.and_then(|n| {
+        std::fs::rename(&temp, path)
+            .map(|()| n)
+            .map_err(|e| RepoError::io(path, e))
+    });
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&temp);
     }
-    written
+    placed
 }
 
-/// Creates or truncates `path` for [`new_file`]: with direct I/O (`true`) for a file of
-/// `direct::DIRECT_MIN` bytes or more where the file system allows it.
-fn open_new_file(node: &Node, path: &Path) -> Result<(File, bool)> {
-    if node.size.is_some_and(|n| n >= direct::DIRECT_MIN)
-        && let Some(f) = direct::create(path).map_err(|e| RepoError::io(path, e))?
-    {
-        return Ok((f, true));
+/// The prefix of the temporary names a restore writes files under; a restore killed
+/// part-way leaves such files behind, which may be deleted.
+pub const TEMP_PREFIX: &str = ".kura-restore-";
+
+/// Creates a new file beside `path` under a temporary name, for [`new_file`]: with direct
+/// I/O (`true`) for a file of `direct::DIRECT_MIN` bytes or more where the file system
+/// allows it.
+fn open_temp_file(node: &Node, path: &Path) -> Result<(PathBuf, (File, bool))> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    loop {
+        let random = kura_keys::rand::u64().map_err(|_| RepoError::Random)?;
+        let temp = dir.join(format!("{TEMP_PREFIX}{random:016x}"));
+        let opened = if node.size.is_some_and(|n| n >= direct::DIRECT_MIN) {
+            direct::create(&temp)
+        } else {
+            Ok(None)
+        };
+        let opened = match opened {
+            Ok(Some(f)) => Ok((f, true)),
+            Ok(None) => OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(NO_FOLLOW | NON_BLOCK)
+                .open(&temp)
+                .map(|f| (f, false)),
+            Err(e) => Err(e),
+        };
+        match opened {
+            Ok(f) => return Ok((temp, f)),
+            // Someone else's file under that name: another name.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(RepoError::io(path, e)),
+        }
     }
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(NO_FOLLOW)
-        .open(path)
-        .map_err(|e| RepoError::io(path, e))?;
-    Ok((f, false))
 }
 
 /// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their
 /// place, which a target could hold (or another entry of the snapshot just made, on a
 /// case-insensitive file system).
 const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
+
+/// `O_NONBLOCK`: opening never waits (on a FIFO, for a reader that never comes).
+pub(super) const NON_BLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
 
 /// Removes a symlink where the snapshot puts a file or a directory. Restoring into a
 /// target that has one (an in-place recovery, a second snapshot into the same directory)

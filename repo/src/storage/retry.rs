@@ -25,14 +25,21 @@ const FIRST_CONTACT: Duration = Duration::from_secs(10);
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
 const MAX_PAUSE: Duration = Duration::from_secs(10);
 
+/// How many attempts of one request may end in a broken-off answer before it fails.
+const CUT_TRIES: u32 = 3;
+
 /// Whether, and why, a failed request may succeed when tried again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Retry {
     /// A refusal or a fault that repeats (4xx, a corrupt answer, a stored object that
     /// failed authentication).
     Never,
-    /// The gateway answered, but could not serve now (5xx, 429, SlowDown, a cut response).
+    /// The gateway answered, but could not serve now (5xx, 429, SlowDown).
     Answered,
+    /// The answer broke off. A gateway killed mid-answer does that, but so does one that
+    /// finds a segment of the stored object failing authentication after it began to send
+    /// it, every time: retried only [`CUT_TRIES`] times in all.
+    Cut,
     /// The gateway was not reached (connection refused or reset, a timeout).
     Unreached,
 }
@@ -84,6 +91,7 @@ impl Retrier {
         let start = Instant::now();
         let mut pause = FIRST_PAUSE;
         let mut tries = 0u32;
+        let mut cuts = 0u32;
         loop {
             tries += 1;
             let failure = match attempt().await {
@@ -102,7 +110,10 @@ impl Retrier {
                 self.bound.min(FIRST_CONTACT)
             };
             let left = bound.saturating_sub(start.elapsed());
-            if failure.retry == Retry::Never || left.is_zero() {
+            if failure.retry == Retry::Cut {
+                cuts += 1;
+            }
+            if failure.retry == Retry::Never || cuts >= CUT_TRIES || left.is_zero() {
                 return Err(gave_up(failure.error, tries, start.elapsed()));
             }
             tokio::time::sleep(jittered(pause).min(left)).await;

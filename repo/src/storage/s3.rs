@@ -280,11 +280,23 @@ where
             )
         }
         SdkError::DispatchFailure(d) if d.is_user() => (format!("{e}"), Retry::Never),
+        // Connected, then closed before an answer: a gateway killed mid-request, or one
+        // that found the stored object failing authentication before it sent a byte.
+        SdkError::DispatchFailure(d)
+            if !d.is_timeout() && !d.as_connector_error().is_some_and(|c| not_connected(c)) =>
+        {
+            (
+                "the gateway closed the connection before it answered (it restarted, or the \
+             stored object failed authentication)"
+                    .into(),
+                Retry::Cut,
+            )
+        }
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => (
             "cannot reach the gateway (wrong --endpoint, or it is not running?)".into(),
             Retry::Unreached,
         ),
-        SdkError::ResponseError(_) => (e.to_string(), Retry::Answered),
+        SdkError::ResponseError(_) => (e.to_string(), Retry::Cut),
         other => (other.to_string(), Retry::Never),
     };
     Failure {
@@ -297,7 +309,36 @@ where
     }
 }
 
-/// A body that broke off while it was read: the gateway answered, and may again.
+/// Whether a failed request never reached the gateway: the connection was refused, or
+/// the address did not resolve, rather than closed after it was made.
+fn not_connected(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as K;
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::HostUnreachable
+                    | K::NetworkUnreachable
+                    | K::AddrNotAvailable
+                    | K::TimedOut
+            )
+        {
+            return true;
+        }
+        // hyper-util's connect errors name themselves (`tcp connect error`, `dns error`).
+        let text = c.to_string();
+        if text.contains("connect error") || text.contains("dns error") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// A body that broke off while it was read: the gateway answered, and may again, or may
+/// break off at the same place again (`Retry::Cut`).
 fn cut_short(op: &'static str, key: &str, e: &impl std::fmt::Display) -> Failure {
     Failure {
         error: RepoError::Storage {
@@ -305,7 +346,7 @@ fn cut_short(op: &'static str, key: &str, e: &impl std::fmt::Display) -> Failure
             key: key.to_string(),
             detail: e.to_string(),
         },
-        retry: Retry::Answered,
+        retry: Retry::Cut,
     }
 }
 

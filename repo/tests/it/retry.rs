@@ -96,6 +96,31 @@ async fn a_stored_object_that_failed_authentication_is_not_retried() {
     );
 }
 
+/// A segment inside a pack fails authentication: the gateway has begun its answer and
+/// breaks it off, as a gateway killed mid-answer would. Tried three times, not for the
+/// whole retry bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_that_breaks_off_at_a_damaged_segment_is_tried_three_times_not_for_minutes() {
+    let env = Env::start().await;
+    let mut repo = Repository::init(env.storage("cut-off"), small_params())
+        .await
+        .unwrap();
+    let source = Source::Stdin {
+        name: "db.dump".into(),
+        reader: Box::new(std::io::Cursor::new(pseudo_random(1 << 20, 25))),
+    };
+    backup(&mut repo, source, opts()).await.unwrap();
+    damage(&packs(&env), false);
+    let t0 = Instant::now();
+    let report = check(&mut repo, true).await.unwrap();
+    assert!(!report.is_clean(), "the damage was found");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "tried a few times only: {:?}",
+        t0.elapsed()
+    );
+}
+
 /// Fault-injecting hook: pack uploads fail for good once `after` have been stored (the
 /// storage became unreachable for longer than the retry bound, say).
 struct PacksThenOutage {

@@ -1,0 +1,145 @@
+//! Restoring into a directory that already holds files (issue 22 item 9): each file is
+//! written under a temporary name in its directory and renamed over the old one, so a
+//! hard link elsewhere keeps its own content, old extended attributes go with the old
+//! inode, a FIFO planted at a file's name is replaced rather than opened, and a file
+//! whose content fails keeps its old version.
+
+use std::io::Read as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::Duration;
+
+use kura_repo::{Include, restore};
+
+use crate::backup_restore::{damage, packs, set_xattr, snapshot_of_data};
+use crate::harness::{Env, pseudo_random};
+
+/// The names under `dir` that a restore left behind besides the snapshot's.
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".kura"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_over_hard_links_gives_each_name_its_own_content() {
+    let env = Env::start().await;
+    let files = [
+        ("a".to_string(), b"the snapshot's a".to_vec()),
+        ("b".to_string(), b"the snapshot's b, longer".to_vec()),
+    ];
+    let (repo, snap) = snapshot_of_data(&env, "links", &files).await;
+    let out = tempfile::tempdir().unwrap();
+    let data = out.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a"), b"old").unwrap();
+    std::fs::hard_link(data.join("a"), data.join("b")).unwrap();
+    std::fs::hard_link(data.join("a"), out.path().join("elsewhere")).unwrap();
+
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(data.join("a")).unwrap(), files[0].1);
+    assert_eq!(std::fs::read(data.join("b")).unwrap(), files[1].1);
+    assert_eq!(
+        std::fs::read(out.path().join("elsewhere")).unwrap(),
+        b"old",
+        "a link outside the snapshot keeps the old content"
+    );
+    assert!(leftovers(&data).is_empty(), "{:?}", leftovers(&data));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn old_extended_attributes_do_not_survive_a_restore_over_a_file() {
+    let env = Env::start().await;
+    let files = [("a".to_string(), b"content".to_vec())];
+    let (repo, snap) = snapshot_of_data(&env, "xattrs", &files).await;
+    let out = tempfile::tempdir().unwrap();
+    let data = out.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a"), b"old").unwrap();
+    set_xattr(&data.join("a"), "user.planted", b"by someone else");
+
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    let names = rustix::fs::listxattr(data.join("a"), &mut [0u8; 1024][..]).unwrap();
+    assert_eq!(names, 0, "no extended attribute is left");
+}
+
+/// A FIFO where the snapshot has a file: opening it for writing would wait for a reader
+/// for ever. It is replaced, and the restore finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_planted_at_a_files_name_does_not_hang_the_restore() {
+    let env = Env::start().await;
+    let files = [("a".to_string(), b"content".to_vec())];
+    let (repo, snap) = snapshot_of_data(&env, "fifo", &files).await;
+    let out = tempfile::tempdir().unwrap();
+    let data = out.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let fifo = data.join("a");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+
+    // A watchdog frees a writer stuck in open(2) by opening the FIFO's other end, so that
+    // the test fails rather than hangs.
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, fifo) = (done.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            for _ in 0..300 {
+                if done.load(SeqCst) {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let mut drained = Vec::new();
+            let _ = std::fs::File::open(&fifo).map(|mut f| f.read_to_end(&mut drained));
+            true
+        })
+    };
+    let restored = restore(&repo, &snap.tree, out.path(), &Include::all()).await;
+    done.store(true, SeqCst);
+    assert!(!watchdog.join().unwrap(), "the restore hung on the FIFO");
+    restored.unwrap();
+    assert_eq!(std::fs::read(&fifo).unwrap(), b"content");
+}
+
+/// The content of a file fails (its pack is damaged): the file that was there stays as
+/// it was, instead of being truncated and then removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_whose_content_fails_keeps_its_old_version() {
+    let env = Env::start().await;
+    let files = [("a".to_string(), pseudo_random(300_000, 31))];
+    let (repo, snap) = snapshot_of_data(&env, "keep-old", &files).await;
+    // Only the data packs: the trees stay readable.
+    let data_packs: Vec<_> = packs(&env)
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 100_000)
+        .collect();
+    assert!(!data_packs.is_empty());
+    damage(&data_packs, true);
+    let out = tempfile::tempdir().unwrap();
+    let data = out.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a"), b"the old version").unwrap();
+
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(
+        matches!(summary.failed.as_slice(), [f] if f.starts_with("data/a: ")),
+        "{:?}",
+        summary.failed
+    );
+    assert_eq!(std::fs::read(data.join("a")).unwrap(), b"the old version");
+    assert!(leftovers(&data).is_empty(), "{:?}", leftovers(&data));
+}
