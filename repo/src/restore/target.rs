@@ -42,7 +42,7 @@ impl FileTarget {
                 .write(true)
                 .create(true)
                 .truncate(true)
-                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+                .custom_flags(super::write::NON_BLOCK)
                 .open(path)
                 .map_err(|e| RepoError::io(path, e))?;
             return Ok(Self {

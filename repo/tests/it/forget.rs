@@ -2,12 +2,11 @@
 //! filters given.
 
 use kura_repo::{
-    FileType, ForgetOptions, Id, KeepPolicy, KeepReason, Repository, Snapshot, SnapshotFilter,
-    Storage as _, forget,
+    ForgetOptions, Id, KeepPolicy, KeepReason, Repository, Snapshot, SnapshotFilter, forget,
 };
 
 use crate::backup_restore::small_params;
-use crate::harness::Env;
+use crate::harness::{Env, store_snapshot};
 
 fn snapshot(time: &str, host: &str, paths: &[&str]) -> Snapshot {
     Snapshot {
@@ -36,13 +35,7 @@ async fn put_snapshot(
 }
 
 async fn put(repo: &Repository<kura_repo::S3Storage>, snap: &Snapshot) -> Id {
-    let bytes = serde_json::to_vec(snap).unwrap();
-    let id = repo.config().object_id(&bytes);
-    repo.storage()
-        .put(FileType::Snapshot, &id.to_hex(), bytes.into())
-        .await
-        .unwrap();
-    id
+    store_snapshot(repo, serde_json::to_vec(snap).unwrap()).await
 }
 
 async fn listed(repo: &Repository<kura_repo::S3Storage>) -> Vec<Id> {

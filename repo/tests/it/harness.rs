@@ -97,6 +97,24 @@ async fn start_gateway(
     kura_gateway::server::start(config).await.unwrap()
 }
 
+/// Stores `bytes` as a snapshot object under their ID, as a backup would write it (for
+/// tests that make snapshots by hand), and returns the ID.
+pub async fn store_snapshot(
+    repo: &kura_repo::Repository<S3Storage>,
+    bytes: Vec<u8>,
+) -> kura_repo::Id {
+    let id = repo.config().object_id(&bytes);
+    kura_repo::Storage::put(
+        repo.storage(),
+        kura_repo::FileType::Snapshot,
+        &id.to_hex(),
+        bytes.into(),
+    )
+    .await
+    .unwrap();
+    id
+}
+
 /// A storage call, for [`Hook`]s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {

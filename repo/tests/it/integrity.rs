@@ -10,7 +10,7 @@ use kura_repo::{
 };
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, pseudo_random};
+use crate::harness::{Env, pseudo_random, store_snapshot};
 use crate::upkeep::{DeletedBeforeFirstRead, pack_count};
 
 /// The index objects stored now.
@@ -145,13 +145,7 @@ async fn put_snapshot(repo: &Repository<kura_repo::S3Storage>, time: &str) -> Id
         "time": time, "host": "h", "paths": ["/x"], "tree": "00".repeat(32),
         "program": "test",
     });
-    let bytes = json.to_string().into_bytes();
-    let id = repo.config().object_id(&bytes);
-    repo.storage()
-        .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes))
-        .await
-        .unwrap();
-    id
+    store_snapshot(repo, json.to_string().into_bytes()).await
 }
 
 /// Regression: snapshots were sorted by the text of their time, so one taken at 09:00 UTC

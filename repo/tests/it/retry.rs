@@ -71,13 +71,11 @@ async fn a_refusal_is_not_retried() {
     );
 }
 
-/// A stored object that failed authentication makes the gateway answer 500, which S3
-/// clients retry; the gateway marks it as an error that repeats, and the repository stops
-/// at once instead of retrying every damaged pack for minutes.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_stored_object_that_failed_authentication_is_not_retried() {
+/// How long `check --read-data` takes over a repository of one 1 MiB stream whose packs
+/// are then damaged (`everywhere`: in their headers too), and that it finds the damage.
+async fn check_of_damaged_packs_takes(prefix: &str, everywhere: bool) -> Duration {
     let env = Env::start().await;
-    let mut repo = Repository::init(env.storage("forged"), small_params())
+    let mut repo = Repository::init(env.storage(prefix), small_params())
         .await
         .unwrap();
     let source = Source::Stdin {
@@ -85,15 +83,20 @@ async fn a_stored_object_that_failed_authentication_is_not_retried() {
         reader: Box::new(std::io::Cursor::new(pseudo_random(1 << 20, 23))),
     };
     backup(&mut repo, source, opts()).await.unwrap();
-    damage(&packs(&env), true);
+    damage(&packs(&env), everywhere);
     let t0 = Instant::now();
     let report = check(&mut repo, true).await.unwrap();
     assert!(!report.is_clean(), "the damage was found");
-    assert!(
-        t0.elapsed() < Duration::from_secs(5),
-        "not retried: {:?}",
-        t0.elapsed()
-    );
+    t0.elapsed()
+}
+
+/// A stored object that failed authentication makes the gateway answer 500, which S3
+/// clients retry; the gateway marks it as an error that repeats, and the repository stops
+/// at once instead of retrying every damaged pack for minutes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_object_that_failed_authentication_is_not_retried() {
+    let took = check_of_damaged_packs_takes("forged", true).await;
+    assert!(took < Duration::from_secs(5), "not retried: {took:?}");
 }
 
 /// A segment inside a pack fails authentication: the gateway has begun its answer and
@@ -101,23 +104,10 @@ async fn a_stored_object_that_failed_authentication_is_not_retried() {
 /// whole retry bound.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_that_breaks_off_at_a_damaged_segment_is_tried_three_times_not_for_minutes() {
-    let env = Env::start().await;
-    let mut repo = Repository::init(env.storage("cut-off"), small_params())
-        .await
-        .unwrap();
-    let source = Source::Stdin {
-        name: "db.dump".into(),
-        reader: Box::new(std::io::Cursor::new(pseudo_random(1 << 20, 25))),
-    };
-    backup(&mut repo, source, opts()).await.unwrap();
-    damage(&packs(&env), false);
-    let t0 = Instant::now();
-    let report = check(&mut repo, true).await.unwrap();
-    assert!(!report.is_clean(), "the damage was found");
+    let took = check_of_damaged_packs_takes("cut-off", false).await;
     assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "tried a few times only: {:?}",
-        t0.elapsed()
+        took < Duration::from_secs(10),
+        "tried a few times only: {took:?}"
     );
 }
 
