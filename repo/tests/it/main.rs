@@ -10,4 +10,5 @@ mod integrity;
 mod lease;
 mod retry;
 mod sessions;
+mod torn;
 mod upkeep;
