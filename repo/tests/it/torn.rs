@@ -22,11 +22,7 @@ use kura_repo::{
 };
 
 use crate::backup_restore::opts;
-use crate::harness::{Env, Hook, Hooked, Op, pseudo_random};
-
-/// How long a file's timestamps must lie before a backup's start for the next backup to
-/// trust them (FORMAT.md section 9), plus room for a slow test machine.
-const RACY: Duration = Duration::from_millis(2_300);
+use crate::harness::{Env, Hook, Hooked, Op, pseudo_random, settle};
 
 /// Packs of 64 KiB (chunks of 4..64 KiB), so that a 2 MiB file fills many of them.
 fn tiny_packs() -> Params {
@@ -97,7 +93,7 @@ impl Hook for Arc<Rewriter> {
 fn write_old(path: &Path, bytes: &[u8]) {
     std::fs::write(path, bytes).unwrap();
     let file = std::fs::File::options().write(true).open(path).unwrap();
-    file.set_modified(SystemTime::now() - Duration::from_secs(3600))
+    file.set_modified(SystemTime::now() - Duration::from_hours(1))
         .unwrap();
 }
 
@@ -260,7 +256,7 @@ async fn a_file_changed_just_before_a_backup_started_is_read_again_by_the_next_o
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("settled"), pseudo_random(300_000, 6)).unwrap();
-    std::thread::sleep(RACY);
+    settle();
     std::fs::write(src.path().join("fresh"), pseudo_random(200_000, 7)).unwrap();
     let mut repo = Repository::init(env.storage("racy"), crate::backup_restore::small_params())
         .await
@@ -284,7 +280,7 @@ async fn a_file_changed_just_before_a_backup_started_is_read_again_by_the_next_o
     );
 
     // Once a backup started well after the change, the file is trusted.
-    std::thread::sleep(RACY);
+    settle();
     let (third_parent, _) = {
         let mut o = opts();
         o.parent = Some(first);
