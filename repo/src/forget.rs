@@ -190,6 +190,7 @@ mod tests {
             parent: None,
             incomplete: false,
             errors: vec![],
+            changed_during_backup: vec![],
             summary: crate::snapshot::Summary::default(),
             program: String::new(),
         }

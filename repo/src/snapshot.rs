@@ -22,6 +22,17 @@ pub struct Summary {
     pub bytes_stored: u64,
     /// New blobs.
     pub blobs_added: u64,
+    /// Files that changed while they were read, at every reading (stored as read).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_changed_during_backup: u64,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One snapshot.
@@ -47,6 +58,10 @@ pub struct Snapshot {
     /// What could not be read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// The files that changed while they were read, at every reading: stored as read
+    /// (possibly torn), flagged in their nodes; the snapshot is not incomplete for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_during_backup: Vec<String>,
     /// Counts.
     #[serde(default)]
     pub summary: Summary,

@@ -89,6 +89,10 @@ pub struct Node {
     /// Extended attributes: `(name, hex(value))`, in the order the file system listed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xattrs: Option<Vec<(String, String)>>,
+    /// The file changed while the backup read it, at every reading: the content is what
+    /// was read (possibly torn), and no later backup takes it as unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changed_during_backup: bool,
 }
 
 impl Node {

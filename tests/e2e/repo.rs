@@ -82,6 +82,12 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits until the files written so far are settled: a backup reads again, whatever its
+/// parent says, a file changed within 2 s of the parent's start (FORMAT.md section 9).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(2_300));
+}
+
 fn tree(root: &Path) {
     std::fs::create_dir_all(root.join("etc/app")).unwrap();
     std::fs::write(
@@ -390,6 +396,7 @@ fn incremental_backup_ls_forget_prune_and_check() {
     ));
     let src = tempfile::tempdir().unwrap();
     tree(src.path());
+    settle();
     let path = src.path().to_str().unwrap();
     ok(&kura(&gw, &["backup", path], None));
     std::fs::write(src.path().join("etc/app/config.yaml"), "replicas: 5\n").unwrap();
@@ -1104,6 +1111,7 @@ fn parent_latest_is_the_newest_of_the_same_paths() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     tree(a.path());
     tree(b.path());
+    settle();
     let (a, b) = (a.path().to_str().unwrap(), b.path().to_str().unwrap());
     ok(&kura(&gw, &["backup", "--host", "node-1", a], None));
     ok(&kura(&gw, &["backup", "--host", "node-1", b], None));

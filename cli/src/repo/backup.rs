@@ -96,6 +96,14 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         for e in &snap.errors {
             eprintln!("kura: could not read {e}");
         }
+        // A warning, not a failure (exit 0): the snapshot holds every file, and a busy
+        // log or database would otherwise fail every scheduled run (repo/README.md).
+        for path in &snap.changed_during_backup {
+            eprintln!(
+                "kura: warning: {path} changed while it was read, twice: stored as read (it may \
+                 mix versions) and flagged; the next backup reads it again"
+            );
+        }
         anyhow::Ok(snap.incomplete)
     })?;
     if incomplete {

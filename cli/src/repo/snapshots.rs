@@ -18,8 +18,12 @@ pub fn run(args: &SnapshotsArgs) -> Result<()> {
         }
         for (id, s) in &all {
             let flag = if s.incomplete { "  INCOMPLETE" } else { "" };
+            let changed = match s.summary.files_changed_during_backup {
+                0 => String::new(),
+                n => format!("  ({n} changed while read)"),
+            };
             println!(
-                "{}  {}  {}  [{}]  {}{flag}",
+                "{}  {}  {}  [{}]  {}{flag}{changed}",
                 id.short(),
                 s.time,
                 s.host,

@@ -34,7 +34,7 @@ use crate::session::Session;
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 use packer::Packer;
-use walk::Walker;
+use walk::{Parent, Walker};
 
 pub use walk::Source;
 
@@ -46,7 +46,8 @@ pub struct Options {
     /// Tags.
     pub tags: Vec<String>,
     /// Parent snapshot: files whose size, mtime, ctime and inode match its record are not
-    /// read again.
+    /// read again, unless they changed within 2 s of its start or while it read them
+    /// (FORMAT.md section 9).
     pub parent: Option<Id>,
     /// The longest time between index objects while packs are stored (`None`:
     /// [`crate::INDEX_INTERVAL`]); what a backup stored before its last index object is
@@ -62,6 +63,8 @@ pub struct Options {
 /// # Errors
 /// Storage errors end the backup (nothing after the last written index is referenced);
 /// unreadable files do not: they are listed in the snapshot, which is then `incomplete`.
+/// Nor do files that changed while they were read, twice: stored as read, they are
+/// flagged and listed (`changed_during_backup`), and the snapshot is complete.
 /// `SessionLapsed` when the session went stale (the process was paused, or cut off from
 /// the storage, past the session timeout): no snapshot is kept.
 pub async fn backup<S: Storage>(
@@ -122,8 +125,11 @@ async fn in_session<S: Storage>(
     // lists its packs. The index the repository was opened with may be older than that.
     let marked = crate::marks::marked_packs(repo).await?;
     repo.refresh_index().await?;
-    let parent_root = match &opts.parent {
-        Some(id) => Some(repo.load_snapshot(id).await?.tree),
+    let parent = match &opts.parent {
+        Some(id) => {
+            let snap = repo.load_snapshot(id).await?;
+            Some((snap.tree, snap.instant()))
+        }
         None => None,
     };
     // The walk is synchronous (file reads) and runs on a blocking-pool thread of its own;
@@ -136,7 +142,7 @@ async fn in_session<S: Storage>(
             Ok(w) => w,
             Err(e) => return (Err(e), Vec::new(), Vec::new()),
         };
-        let result = run(&mut w, source, opts, parent_root);
+        let result = run(&mut w, source, opts, parent);
         let (written, names) = w.packer.into_written();
         (result, written, names)
     })
@@ -162,11 +168,19 @@ fn run<S: Storage>(
     w: &mut Walker<S>,
     source: Source,
     opts: Options,
-    parent_root: Option<Id>,
+    parent: Option<(Id, Option<time::OffsetDateTime>)>,
 ) -> Result<Snapshot> {
+    // Before the first file is listed: the next backup trusts no file changed since
+    // (FORMAT.md section 9).
     let started = now_rfc3339();
-    let parent = match parent_root {
-        Some(t) => Some(w.packer.handle().block_on(w.packer.repo().read_tree(&t))?),
+    let parent = match parent {
+        Some((root, started)) => Some(Parent {
+            root: w
+                .packer
+                .handle()
+                .block_on(w.packer.repo().read_tree(&root))?,
+            started,
+        }),
         None => None,
     };
     let (root, paths) = w.source(source, parent.as_ref())?;
@@ -180,6 +194,7 @@ fn run<S: Storage>(
         parent: opts.parent,
         incomplete: w.incomplete(),
         errors: w.take_errors(),
+        changed_during_backup: w.take_changed(),
         summary: w.take_summary(),
         program: format!("kura {}", env!("CARGO_PKG_VERSION")),
     };

@@ -1,9 +1,88 @@
-//! Opening the files a backup reads, safely in a tree others can write to: the file
-//! opened must be the one the walk listed (no symlink followed, no FIFO waited on, no
-//! other file swapped in), and a file under a lease is waited for rather than skipped.
+//! Opening and reading the files a backup reads, safely in a tree others can write to:
+//! the file opened must be the one the walk listed (no symlink followed, no FIFO waited
+//! on, no other file swapped in), a file under a lease is waited for rather than skipped,
+//! and a file that changes while it is read is read again, or reported.
 
 use std::fs::File;
+use std::io::{Seek as _, SeekFrom};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
+
+use crate::error::{RepoError, Result};
+
+/// How many times a file that changes while it is read is read in all. Two: a file saved
+/// once during its reading (an editor, a configuration tool) is stored whole, as its
+/// new version; one that changes all the time (a busy log or database) costs twice its
+/// reading, not more, and is flagged (`Reading::changed`).
+pub(super) const READINGS: u32 = 2;
+
+/// What tells that a file changed between two looks at it (as git, restic and borg
+/// compare): a write moves the size or the mtime, anything else the ctime; another file
+/// under the name moves the inode. A write within the clock's tick moves none of them,
+/// which is why the next backup does not trust a file changed near this one's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// A file's content as [`read_checked`] read it.
+pub(super) struct Reading<T> {
+    /// What the last reading returned.
+    pub(super) value: T,
+    /// The file's metadata (`fstat`) just after the last reading: the version read,
+    /// unless `changed`.
+    pub(super) meta: std::fs::Metadata,
+    /// Whether the file changed during the last reading too: `value` may mix versions.
+    pub(super) changed: bool,
+}
+
+/// Reads `file`, opened as `listed`, with `read`, and compares its `fstat` afterwards with
+/// the listing (then with the `fstat` after the previous reading): a file that changed
+/// is read again from its start, up to [`READINGS`] times in all. Checked after reading,
+/// not only before, since only a look after the last byte covers the whole reading.
+///
+/// # Errors
+/// `read`'s errors; a failed `fstat` or seek as [`RepoError::Io`], as a failed read is.
+pub(super) fn read_checked<T>(
+    file: &mut File,
+    listed: &std::fs::Metadata,
+    mut read: impl FnMut(&mut File) -> Result<T>,
+) -> Result<Reading<T>> {
+    let io = |e| RepoError::io(Path::new("input"), e);
+    let mut before = Stamp::of(listed);
+    let mut reading = 1;
+    loop {
+        let value = read(file)?;
+        let meta = file.metadata().map_err(io)?;
+        let after = Stamp::of(&meta);
+        if after == before || reading == READINGS {
+            return Ok(Reading {
+                value,
+                meta,
+                changed: after != before,
+            });
+        }
+        before = after;
+        reading += 1;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+    }
+}
 
 /// Opens the regular file that `listed` (its `lstat`) describes, or fails: the path is
 /// looked up without following a symlink or opening what it names, and must name the same
@@ -14,7 +93,7 @@ use std::path::Path;
 pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<File> {
     use rustix::fs::OFlags;
     use std::os::fd::AsRawFd as _;
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
     let open = |path: &Path, flags: OFlags| {
         std::fs::OpenOptions::new()
             .read(true)
@@ -57,6 +136,66 @@ pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io
 #[cfg(test)]
 mod tests {
     use super::open_as_listed;
+    use super::{READINGS, read_checked};
+    use std::io::{Read as _, Write as _};
+
+    /// Reads a file of `bytes` (its mtime an hour back, so that a write moves it however
+    /// coarse the clock) with `read_checked`, calling `during(path, reading)` within each
+    /// reading after its text was read; the number of readings and the result.
+    fn read_changing(
+        bytes: &[u8],
+        mut during: impl FnMut(&std::path::Path, u32),
+    ) -> (u32, super::Reading<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, bytes).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_hours(1))
+            .unwrap();
+        let listed = std::fs::symlink_metadata(&path).unwrap();
+        let mut file = open_as_listed(&path, &listed).unwrap();
+        let mut calls = 0;
+        let r = read_checked(&mut file, &listed, |f| {
+            calls += 1;
+            let mut s = String::new();
+            f.read_to_string(&mut s).unwrap();
+            during(&path, calls);
+            Ok(s)
+        })
+        .unwrap();
+        (calls, r)
+    }
+
+    fn append(path: &std::path::Path, bytes: &[u8]) {
+        let mut f = std::fs::File::options().append(true).open(path).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_stays_still_is_read_once() {
+        let (calls, r) = read_changing(b"still", |_, _| {});
+        assert_eq!((calls, r.value.as_str(), r.changed), (1, "still", false));
+    }
+
+    #[test]
+    fn a_file_changed_during_its_first_reading_is_read_again_whole() {
+        let (calls, r) = read_changing(b"v1", |path, reading| {
+            if reading == 1 {
+                append(path, b"+v2");
+            }
+        });
+        assert_eq!((calls, r.value.as_str(), r.changed), (2, "v1+v2", false));
+        assert_eq!(r.meta.len(), 5, "the metadata of the version read");
+    }
+
+    #[test]
+    fn a_file_that_keeps_changing_is_read_a_bounded_number_of_times_and_flagged() {
+        let (calls, r) = read_changing(b"x", |path, _| append(path, b"x"));
+        assert_eq!((calls, r.changed), (READINGS, true));
+    }
 
     #[test]
     fn a_file_replaced_after_its_listing_is_not_read() {

@@ -1,7 +1,9 @@
 //! Walking what a backup reads: the sources (paths, a stream, a device), directories in
 //! name order, and each entry's metadata, xattrs and content, into the trees of the
-//! snapshot. Files that match their parent snapshot's record keep its content unread;
-//! entries that cannot be read are recorded as errors, not fatal.
+//! snapshot. Files that match their parent snapshot's record keep its content unread,
+//! unless the record was taken too close to a change for its timestamps to tell; files
+//! that change while they are read are read again, then flagged; entries that cannot be
+//! read are recorded as errors, not fatal.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -13,12 +15,27 @@ use std::path::{Path, PathBuf};
 use super::chunk::Chunker;
 use super::command::Child;
 use super::packer::Packer;
-use super::read::open_as_listed;
+use super::read::{open_as_listed, read_checked};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::snapshot::Summary;
 use crate::storage::Storage;
 use crate::tree::{Content, Node, NodeType, Tree};
+
+/// How close to its parent backup's start a file's mtime or ctime may be and the file
+/// still be taken as unchanged, in ns: the coarsest timestamp step of a file system kura
+/// may read (FAT's 2 s; ext4, XFS, btrfs and tmpfs step by a clock tick), so that a write
+/// in the tick in which the parent read the file cannot hide (FORMAT.md section 9).
+const RACY_MARGIN_NS: i128 = 2_000_000_000;
+
+/// The parent snapshot a backup compares files with.
+pub(super) struct Parent {
+    /// Its root tree.
+    pub(super) root: Tree,
+    /// When it started (its `time`); `None` when that does not parse, and then no file is
+    /// taken from it unread.
+    pub(super) started: Option<time::OffsetDateTime>,
+}
 
 /// What to back up.
 pub enum Source {
@@ -73,6 +90,11 @@ pub(super) struct Walker<S: Storage> {
     summary: Summary,
     /// What could not be read, as `path: why`.
     errors: Vec<String>,
+    /// The files that changed at every reading.
+    changed: Vec<String>,
+    /// Files whose parent record has an mtime or ctime at or after this (ns since the
+    /// epoch) are read again; `None`: every file is.
+    trusted_before: Option<i128>,
 }
 
 impl<S: Storage> Walker<S> {
@@ -83,6 +105,8 @@ impl<S: Storage> Walker<S> {
             chunker: Chunker::new()?,
             summary: Summary::default(),
             errors: Vec::new(),
+            changed: Vec::new(),
+            trusted_before: None,
         })
     }
 
@@ -102,6 +126,11 @@ impl<S: Storage> Walker<S> {
         std::mem::take(&mut self.errors)
     }
 
+    /// The files that changed at every reading, taken.
+    pub(super) fn take_changed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.changed)
+    }
+
     /// Whether something could not be read.
     pub(super) fn incomplete(&self) -> bool {
         !self.errors.is_empty()
@@ -112,8 +141,12 @@ impl<S: Storage> Walker<S> {
     pub(super) fn source(
         &mut self,
         source: Source,
-        parent: Option<&Tree>,
+        parent: Option<&Parent>,
     ) -> Result<(Id, Vec<String>)> {
+        self.trusted_before = parent
+            .and_then(|p| p.started)
+            .map(|t| t.unix_timestamp_nanos() - RACY_MARGIN_NS);
+        let parent = parent.map(|p| &p.root);
         let mut root = Tree::default();
         let mut paths = Vec::new();
         match source {
@@ -226,17 +259,30 @@ impl<S: Storage> Walker<S> {
                 self.summary.files_unchanged += 1;
             }
             NodeType::File => {
-                let file = match open_as_listed(path, meta) {
+                let mut file = match open_as_listed(path, meta) {
                     Ok(f) => f,
                     Err(e) => {
                         self.errors.push(format!("{}: {e}", path.display()));
                         return Ok(None);
                     }
                 };
-                match self.cdc(file, Some(meta.len())) {
-                    Ok((content, size)) => {
+                let hint = Some(meta.len());
+                match read_checked(&mut file, meta, |f| self.cdc(f, hint)) {
+                    Ok(read) => {
+                        // The metadata of the version read (the listing's, unless the
+                        // file changed and was read again).
+                        let xattrs = node.xattrs.take();
+                        node = node_from_meta(&read.meta, NodeType::File);
+                        node.set_name(name);
+                        node.xattrs = xattrs;
+                        let (content, size) = read.value;
                         node.size = Some(size);
                         node.content = Some(content);
+                        if read.changed {
+                            node.changed_during_backup = true;
+                            self.changed.push(path.display().to_string());
+                            self.summary.files_changed_during_backup += 1;
+                        }
                     }
                     Err(RepoError::Io { path: _, source }) => {
                         self.errors.push(format!("{}: {source}", path.display()));
@@ -300,10 +346,13 @@ impl<S: Storage> Walker<S> {
     }
 
     /// Whether a file can keep its parent's content without being read: same size, mtime,
-    /// ctime and inode, and every blob still in the index.
+    /// ctime and inode, and every blob still in the index; not flagged as changed while
+    /// the parent read it, and recorded long enough after its last change.
     fn unchanged(&self, node: &Node, meta: &std::fs::Metadata, before: Option<&Node>) -> bool {
         let Some(b) = before else { return false };
         b.kind == Some(NodeType::File)
+            && !b.changed_during_backup
+            && self.settled(b)
             && b.size == Some(meta.len())
             && b.mtime == node.mtime
             && b.ctime == node.ctime
@@ -314,6 +363,17 @@ impl<S: Storage> Walker<S> {
                     Content::Zero { .. } => true,
                 })
             })
+    }
+
+    /// Whether a parent's record of a file was taken long enough after the file's last
+    /// change for its timestamps to tell (git's "racily clean" entries are those that
+    /// are not): a write in the same timestamp step as the parent's reading would have
+    /// left size, mtime and ctime as recorded. The parent read every file after it
+    /// started, so a file last changed more than the coarsest step before that start is
+    /// safe.
+    fn settled(&self, b: &Node) -> bool {
+        self.trusted_before
+            .is_some_and(|t| b.mtime < t && b.ctime < t)
     }
 
     /// The tree of the directory `path`, beside its parent snapshot's tree `before`;

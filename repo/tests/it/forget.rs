@@ -18,6 +18,7 @@ fn snapshot(time: &str, host: &str, paths: &[&str]) -> Snapshot {
         parent: None,
         incomplete: false,
         errors: vec![],
+        changed_during_backup: vec![],
         summary: kura_repo::Summary::default(),
         program: "test".into(),
     }

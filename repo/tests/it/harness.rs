@@ -115,6 +115,16 @@ pub async fn store_snapshot(
     id
 }
 
+/// Longer than a file's timestamps must lie before a backup's start for the next backup
+/// to take the file as unchanged (2 s, FORMAT.md section 9), with room for a slow machine.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(2_300);
+
+/// Waits until files written so far are settled: a backup started after this may be the
+/// parent that lets the next backup skip them.
+pub fn settle() {
+    std::thread::sleep(SETTLE);
+}
+
 /// A storage call, for [`Hook`]s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {

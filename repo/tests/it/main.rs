@@ -11,4 +11,5 @@ mod lease;
 mod restore_in_place;
 mod retry;
 mod sessions;
+mod torn;
 mod upkeep;

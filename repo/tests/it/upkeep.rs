@@ -8,7 +8,7 @@ use kura_repo::{
 };
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, pseudo_random};
+use crate::harness::{Env, pseudo_random, settle};
 
 /// Keep the newest `n` snapshots of each host, whatever their paths (these tests back up
 /// a different path each time and forget the older ones).
@@ -34,6 +34,8 @@ async fn an_incremental_backup_reads_only_what_changed() {
     for (i, name) in ["a.bin", "b.bin", "c.bin"].iter().enumerate() {
         std::fs::write(src.path().join(name), pseudo_random(500_000, i as u64)).unwrap();
     }
+    // Files written just before a backup starts are read again by the next one.
+    settle();
     let mut repo = Repository::init(env.storage("inc"), small_params())
         .await
         .unwrap();
