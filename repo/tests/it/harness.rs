@@ -210,3 +210,50 @@ impl<S: kura_repo::Storage, H: Hook> kura_repo::Storage for Hooked<S, H> {
         self.inner.modified(ft, name).await
     }
 }
+
+/// Fault-injecting hook: runs `action` once, before the first call of `op` on `ft` for
+/// which `ready` holds (something done to the files while a backup or restore waits on
+/// the storage, at a known point of its walk).
+pub struct OnFirst {
+    op: Op,
+    ft: kura_repo::FileType,
+    ready: Box<dyn Fn() -> bool + Send + Sync>,
+    action: Box<dyn Fn() + Send + Sync>,
+    /// Held while the action runs, so that no call passes before it finished.
+    done: std::sync::Mutex<bool>,
+}
+
+impl OnFirst {
+    pub fn new(
+        op: Op,
+        ft: kura_repo::FileType,
+        ready: impl Fn() -> bool + Send + Sync + 'static,
+        action: impl Fn() + Send + Sync + 'static,
+    ) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            op,
+            ft,
+            ready: Box::new(ready),
+            action: Box::new(action),
+            done: std::sync::Mutex::new(false),
+        })
+    }
+
+    /// Whether the action ran.
+    pub fn done(&self) -> bool {
+        *self.done.lock().unwrap()
+    }
+}
+
+impl Hook for std::sync::Arc<OnFirst> {
+    async fn before(&self, op: Op, ft: kura_repo::FileType, _name: &str) -> kura_repo::Result<()> {
+        if op == self.op && ft == self.ft {
+            let mut done = self.done.lock().unwrap();
+            if !*done && (self.ready)() {
+                (self.action)();
+                *done = true;
+            }
+        }
+        Ok(())
+    }
+}

@@ -8,6 +8,7 @@ mod forget;
 mod init;
 mod integrity;
 mod lease;
+mod redirect;
 mod restore_in_place;
 mod retry;
 mod sessions;
