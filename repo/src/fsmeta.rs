@@ -1,14 +1,16 @@
 //! File-system metadata that `std` does not reach: extended attributes (read on backup,
 //! written back on restore), special files (device nodes, FIFOs, sockets) recreated with
-//! `mknod`, and owner, times and mode applied by path without following symlinks or
-//! opening the file (opening a FIFO for writing would block).
+//! `mknod`, and owner, times and mode applied through an open descriptor, or for entries
+//! a restore does not open (symlinks, FIFOs, devices) by one name in an open directory,
+//! never following a symlink.
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, Timespec, Timestamps, UTIME_OMIT, XattrFlags};
+use rustix::fs::{AtFlags, FileType, Mode, Timespec, Timestamps, UTIME_OMIT, XattrFlags};
 
 use crate::tree::{Node, NodeType};
 
@@ -74,12 +76,13 @@ fn sized_read(
     ))
 }
 
-/// Creates the device node, FIFO or socket `node` describes at `path` (replacing what is
-/// there). Device nodes need privileges; the error says so.
+/// Creates the device node, FIFO or socket `node` describes as `name` in the open
+/// directory `dir` (replacing what is there). Device nodes need privileges; the error says
+/// so.
 ///
 /// # Errors
 /// `mknod` failures, and node types that are not special files.
-pub(crate) fn make_special(path: &Path, node: &Node) -> io::Result<()> {
+pub(crate) fn make_special(dir: BorrowedFd<'_>, name: &OsStr, node: &Node) -> io::Result<()> {
     let ft = match node.kind {
         Some(NodeType::Chardev) => FileType::CharacterDevice,
         Some(NodeType::Blockdev) => FileType::BlockDevice,
@@ -87,10 +90,10 @@ pub(crate) fn make_special(path: &Path, node: &Node) -> io::Result<()> {
         Some(NodeType::Socket) => FileType::Socket,
         _ => return Err(io::Error::other("not a special file")),
     };
-    let _ = std::fs::remove_file(path);
+    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
     rustix::fs::mknodat(
-        CWD,
-        path,
+        dir,
+        name,
         ft,
         Mode::from_raw_mode(node.mode & 0o7777),
         node.rdev.unwrap_or(0),
@@ -98,31 +101,95 @@ pub(crate) fn make_special(path: &Path, node: &Node) -> io::Result<()> {
     Ok(())
 }
 
-/// Applies owner, extended attributes, modification time and mode to `path`, in the order
-/// that keeps each step possible and each result in place: chown first (on Linux it drops
-/// `security.capability` and set-ID bits, so those must come after it), xattrs while the
-/// file is still writable, the mode last, and no chmod on symlinks (Linux has none).
-/// Returns what could not be applied; owner changes that need privileges are not counted,
-/// as with `cp -p` run by a user.
-pub(crate) fn apply(path: &Path, node: &Node) -> Vec<String> {
+/// Applies owner, extended attributes, modification time and mode to the open file or
+/// directory `fd`, in the order that keeps each step possible and each result in place:
+/// chown first (on Linux it drops `security.capability` and set-ID bits, so those must
+/// come after it), xattrs while the file is still writable, the mode last. Through the
+/// descriptor, so what changes is the file the restore wrote, wherever its name now
+/// points. Returns what could not be applied; owner changes that need privileges are not
+/// counted, as with `cp -p` run by a user.
+pub(crate) fn apply_fd(fd: BorrowedFd<'_>, node: &Node) -> Vec<String> {
     let mut failed = Vec::new();
-    let _ = rustix::fs::chownat(
-        CWD,
-        path,
-        Some(rustix::fs::Uid::from_raw(node.uid)),
-        Some(rustix::fs::Gid::from_raw(node.gid)),
-        AtFlags::SYMLINK_NOFOLLOW,
-    );
+    let _ = rustix::fs::fchown(fd, Some(uid(node)), Some(gid(node)));
     for (name, value) in node.xattrs.iter().flatten() {
         let applied = hex::decode(value).map_err(io::Error::other).and_then(|v| {
-            rustix::fs::lsetxattr(path, name.as_str(), &v, XattrFlags::empty())
+            rustix::fs::fsetxattr(fd, name.as_str(), &v, XattrFlags::empty())
                 .map_err(io::Error::from)
         });
         if let Err(e) = applied {
             failed.push(format!("xattr {name}: {e}"));
         }
     }
-    let times = Timestamps {
+    if let Err(e) = rustix::fs::futimens(fd, &times(node)) {
+        failed.push(format!("mtime: {e}"));
+    }
+    if let Err(e) = rustix::fs::fchmod(fd, Mode::from_raw_mode(node.mode & 0o7777)) {
+        failed.push(format!("mode: {e}"));
+    }
+    failed
+}
+
+/// As [`apply_fd`], for a symlink or special file `name` in the open directory `dir`,
+/// which a restore does not open (opening a FIFO waits, a device may act): each call
+/// names one component in `dir` and does not follow it. Linux has no mode on symlinks,
+/// and `chmod` follows one, so a special file's mode goes through an `O_PATH` handle
+/// checked to be the special file, never a symlink put in its place.
+pub(crate) fn apply_at(dir: BorrowedFd<'_>, name: &OsStr, node: &Node) -> Vec<String> {
+    let mut failed = Vec::new();
+    let _ = rustix::fs::chownat(
+        dir,
+        name,
+        Some(uid(node)),
+        Some(gid(node)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    );
+    let path = crate::beneath::proc_path(dir, name);
+    for (attr, value) in node.xattrs.iter().flatten() {
+        let applied = hex::decode(value).map_err(io::Error::other).and_then(|v| {
+            rustix::fs::lsetxattr(&path, attr.as_str(), &v, XattrFlags::empty())
+                .map_err(io::Error::from)
+        });
+        if let Err(e) = applied {
+            failed.push(format!("xattr {attr}: {e}"));
+        }
+    }
+    if let Err(e) = rustix::fs::utimensat(dir, name, &times(node), AtFlags::SYMLINK_NOFOLLOW) {
+        failed.push(format!("mtime: {e}"));
+    }
+    if node.kind != Some(NodeType::Symlink)
+        && let Err(e) = chmod_special(dir, name, node)
+    {
+        failed.push(format!("mode: {e}"));
+    }
+    failed
+}
+
+/// Sets the mode of the special file `name` in `dir`, refusing anything else there.
+fn chmod_special(dir: BorrowedFd<'_>, name: &OsStr, node: &Node) -> io::Result<()> {
+    let handle = crate::beneath::handle(dir, name)?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&handle)?.st_mode);
+    if matches!(
+        kind,
+        FileType::Symlink | FileType::RegularFile | FileType::Directory
+    ) {
+        return Err(io::Error::other("replaced by another kind of file"));
+    }
+    let via = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    rustix::fs::chmod(via.as_str(), Mode::from_raw_mode(node.mode & 0o7777))?;
+    Ok(())
+}
+
+fn uid(node: &Node) -> rustix::fs::Uid {
+    rustix::fs::Uid::from_raw(node.uid)
+}
+
+fn gid(node: &Node) -> rustix::fs::Gid {
+    rustix::fs::Gid::from_raw(node.gid)
+}
+
+/// The node's modification time, the access time left as it is.
+fn times(node: &Node) -> Timestamps {
+    Timestamps {
         last_access: Timespec {
             tv_sec: 0,
             tv_nsec: UTIME_OMIT,
@@ -131,15 +198,5 @@ pub(crate) fn apply(path: &Path, node: &Node) -> Vec<String> {
             tv_sec: node.mtime.div_euclid(1_000_000_000).try_into().unwrap_or(0),
             tv_nsec: node.mtime.rem_euclid(1_000_000_000).try_into().unwrap_or(0),
         },
-    };
-    if let Err(e) = rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW) {
-        failed.push(format!("mtime: {e}"));
     }
-    if node.kind != Some(NodeType::Symlink) {
-        let mode = Mode::from_raw_mode(node.mode & 0o7777);
-        if let Err(e) = rustix::fs::chmodat(CWD, path, mode, AtFlags::empty()) {
-            failed.push(format!("mode: {e}"));
-        }
-    }
-    failed
 }

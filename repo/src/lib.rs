@@ -24,6 +24,7 @@
 //!   `snapshot.rs`; chunking `cdc.rs`; errors [`RepoError`].
 
 mod backup;
+mod beneath;
 mod blob;
 mod cdc;
 mod check;

@@ -1,12 +1,19 @@
-//! Opening and reading the files a backup reads, safely in a tree others can write to:
-//! the file opened must be the one the walk listed (no symlink followed, no FIFO waited
-//! on, no other file swapped in), a file under a lease is waited for rather than skipped,
+//! Finding and reading the entries a backup reads, safely in a tree others can write to:
+//! each entry is named by one component in its open directory (`Entry`), the file opened
+//! must be the one the walk listed (no symlink followed, no FIFO waited on, no other file
+//! swapped in), a file under a lease is waited for rather than skipped,
 //! and a file that changes while it is read is read again, or reported.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{Seek as _, SeekFrom};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::beneath::OpenDir;
 
 use crate::error::{RepoError, Result};
 
@@ -90,16 +97,12 @@ pub(super) fn read_checked<T>(
 /// between the listing and the open would otherwise store the link's target
 /// (`/etc/shadow`) under the file's name, owner and mode, and one swapped for a FIFO would
 /// hang the backup.
-pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io::Result<File> {
-    use rustix::fs::OFlags;
+pub(super) fn open_as_listed(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    listed: &std::fs::Metadata,
+) -> std::io::Result<File> {
     use std::os::fd::AsRawFd as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let open = |path: &Path, flags: OFlags| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags.bits().cast_signed())
-            .open(path)
-    };
     let same = |file: &File| -> std::io::Result<()> {
         let opened = file.metadata()?;
         if !opened.is_file() || opened.dev() != listed.dev() || opened.ino() != listed.ino() {
@@ -112,7 +115,7 @@ pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io
     // An O_PATH descriptor opens nothing (no FIFO waits for a writer), and the file it
     // names, once checked, is opened for reading through /proc like any open: one under a
     // lease (Samba, the NFS server) waits for the holder to let go rather than failing.
-    let handle = open(path, OFlags::PATH | OFlags::NOFOLLOW)?;
+    let handle = File::from(crate::beneath::handle(dir, name)?);
     same(&handle)?;
     // The wait is the kernel's: a holder that does not let go is broken after
     // /proc/sys/fs/lease-break-time (45 s by default), so a hostile one costs that much
@@ -125,7 +128,8 @@ pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io
         // No /proc (a bare container): a non-blocking open cannot hang on a FIFO swapped
         // in since, but fails on a leased file.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let file = open(path, OFlags::NOFOLLOW | OFlags::NONBLOCK)?;
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let file = File::from(rustix::fs::openat(dir, name, flags, Mode::empty())?);
             same(&file)?;
             Ok(file)
         }
@@ -133,9 +137,44 @@ pub(super) fn open_as_listed(path: &Path, listed: &std::fs::Metadata) -> std::io
     }
 }
 
+/// An entry the walk looks at: `name` in the open directory `dir`, and its path for
+/// messages.
+pub(super) struct Entry<'a> {
+    pub(super) dir: &'a OpenDir,
+    pub(super) name: &'a OsStr,
+    pub(super) path: &'a Path,
+}
+
+/// The directory a source path's entry is looked up in, opened (following symlinks: the
+/// user named the path), and the entry's name there (`.` for `/`, `.` or a path ending in
+/// `..`, which are directories themselves).
+pub(super) fn top_dir(path: &Path) -> std::io::Result<(OpenDir, std::ffi::OsString)> {
+    match path.file_name() {
+        Some(name) => {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            Ok((OpenDir::top(parent)?, name.to_owned()))
+        }
+        None => Ok((OpenDir::top(path)?, ".".into())),
+    }
+}
+
+/// Where the `l*xattr` calls find an entry: by its name in its open directory through
+/// `/proc/self/fd` (`beneath::proc_path`), or by its path where there is no `/proc` (a
+/// bare container), which a swap on the way could redirect to another file's attributes.
+pub(super) fn xattr_path(at: &Entry<'_>) -> PathBuf {
+    static PROC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *PROC.get_or_init(|| Path::new("/proc/self/fd").is_dir()) {
+        crate::beneath::proc_path(at.dir.fd(), at.name)
+    } else {
+        at.path.to_path_buf()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::open_as_listed;
     use super::{READINGS, read_checked};
     use std::io::{Read as _, Write as _};
 
@@ -167,6 +206,15 @@ mod tests {
         })
         .unwrap();
         (calls, r)
+    }
+
+    /// Opens `path` as the walk does: by its name in its open directory.
+    fn open_as_listed(
+        path: &std::path::Path,
+        listed: &std::fs::Metadata,
+    ) -> std::io::Result<std::fs::File> {
+        let dir = crate::beneath::OpenDir::top(path.parent().unwrap())?;
+        super::open_as_listed(dir.fd(), path.file_name().unwrap(), listed)
     }
 
     fn append(path: &std::path::Path, bytes: &[u8]) {

@@ -3,11 +3,14 @@
 //! snapshot. Files that match their parent snapshot's record keep its content unread,
 //! unless the record was taken too close to a change for its timestamps to tell; files
 //! that change while they are read are read again, then flagged; entries that cannot be
-//! read are recorded as errors, not fatal.
+//! read are recorded as errors, not fatal. Below each source path, every entry is looked
+//! up by its name in its open directory (`beneath.rs`), so a directory swapped for a
+//! symlink during the walk is not followed.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek as _, SeekFrom};
+use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
@@ -15,7 +18,8 @@ use std::path::{Path, PathBuf};
 use super::chunk::Chunker;
 use super::command::Child;
 use super::packer::Packer;
-use super::read::{open_as_listed, read_checked};
+use super::read::{Entry, open_as_listed, read_checked, top_dir, xattr_path};
+use crate::beneath::OpenDir;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::snapshot::Summary;
@@ -156,13 +160,21 @@ impl<S: Storage> Walker<S> {
                     paths.push(path.display().to_string());
                     let name = top_name(&path);
                     let before = parent.and_then(|t| t.find(&name));
-                    match std::fs::symlink_metadata(&path) {
-                        Ok(meta) => {
-                            if let Some(node) = self.node(&path, &name, &meta, before)? {
-                                root.nodes.push(node);
-                            }
+                    // The path's own last component is not followed, as below it.
+                    let (dir, entry_name) = match top_dir(&path) {
+                        Ok(found) => found,
+                        Err(e) => {
+                            self.errors.push(format!("{}: {e}", path.display()));
+                            continue;
                         }
-                        Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+                    };
+                    let entry = Entry {
+                        dir: &dir,
+                        name: &entry_name,
+                        path: &path,
+                    };
+                    if let Some(node) = self.entry(&entry, &name, before)? {
+                        root.nodes.push(node);
                     }
                 }
             }
@@ -220,14 +232,55 @@ impl<S: Storage> Walker<S> {
         Ok(node)
     }
 
-    /// One directory entry, or `None` when it could not be read (recorded as an error).
+    /// The entry `at`, stored under `name`, or `None` when it could not be read (recorded
+    /// as an error). It is looked at through an `O_PATH` handle: a directory is then
+    /// opened from that handle, so the directory listed is the one whose metadata was
+    /// taken, whatever its name names by now.
+    fn entry(
+        &mut self,
+        at: &Entry<'_>,
+        name: &std::ffi::OsStr,
+        before: Option<&Node>,
+    ) -> Result<Option<Node>> {
+        let looked = crate::beneath::handle(at.dir.fd(), at.name)
+            .map(File::from)
+            .and_then(|handle| handle.metadata().map(|meta| (handle, meta)));
+        let (handle, meta) = match looked {
+            Ok(found) => found,
+            Err(e) => {
+                self.errors.push(format!("{}: {e}", at.path.display()));
+                return Ok(None);
+            }
+        };
+        let dir = if meta.is_dir() {
+            match crate::beneath::open_dir(handle.as_fd(), std::ffi::OsStr::new(".")) {
+                Ok(fd) => Some(OpenDir {
+                    fd,
+                    path: at.path.to_path_buf(),
+                }),
+                Err(e) => {
+                    self.errors.push(format!("{}: {e}", at.path.display()));
+                    return Ok(None);
+                }
+            }
+        } else {
+            None
+        };
+        drop(handle);
+        self.node(at, dir, name, &meta, before)
+    }
+
+    /// One directory entry `at` whose metadata is `meta` (`dir`: the directory, opened,
+    /// when it is one), or `None` when it could not be read (recorded as an error).
     fn node(
         &mut self,
-        path: &Path,
+        at: &Entry<'_>,
+        dir: Option<OpenDir>,
         name: &std::ffi::OsStr,
         meta: &std::fs::Metadata,
         before: Option<&Node>,
     ) -> Result<Option<Node>> {
+        let path = at.path;
         let ft = meta.file_type();
         let kind = if ft.is_dir() {
             NodeType::Dir
@@ -249,7 +302,7 @@ impl<S: Storage> Walker<S> {
         let unchanged = kind == NodeType::File && self.unchanged(&node, meta, before);
         // Read for every entry, unchanged files too: a parent written before xattrs were
         // recorded, or whose read of them failed, must not pass its lack on.
-        node.xattrs = self.xattrs(path);
+        node.xattrs = self.xattrs(at);
         match kind {
             NodeType::File if unchanged => {
                 let before = before.expect("unchanged has a parent node");
@@ -259,7 +312,7 @@ impl<S: Storage> Walker<S> {
                 self.summary.files_unchanged += 1;
             }
             NodeType::File => {
-                let mut file = match open_as_listed(path, meta) {
+                let mut file = match open_as_listed(at.dir.fd(), at.name, meta) {
                     Ok(f) => f,
                     Err(e) => {
                         self.errors.push(format!("{}: {e}", path.display()));
@@ -296,14 +349,17 @@ impl<S: Storage> Walker<S> {
                 let before = before
                     .filter(|b| b.kind == Some(NodeType::Dir))
                     .and_then(|b| b.subtree);
-                let Some(tree) = self.read_dir(path, before)? else {
+                let Some(dir) = dir else {
+                    return Ok(None);
+                };
+                let Some(tree) = self.read_dir(&dir, before)? else {
                     return Ok(None);
                 };
                 node.subtree = Some(self.packer.save_tree(&tree)?);
                 self.summary.dirs += 1;
             }
-            NodeType::Symlink => match std::fs::read_link(path) {
-                Ok(t) => node.target_hex = Some(hex::encode(t.as_os_str().as_bytes())),
+            NodeType::Symlink => match rustix::fs::readlinkat(at.dir.fd(), at.name, Vec::new()) {
+                Ok(t) => node.target_hex = Some(hex::encode(t.as_bytes())),
                 Err(e) => {
                     self.errors.push(format!("{}: {e}", path.display()));
                     return Ok(None);
@@ -320,10 +376,11 @@ impl<S: Storage> Walker<S> {
         report(&self.summary, &self.packer);
     }
 
-    /// The xattrs of `path` for its node (`None` when it has none); a failure to read them,
-    /// or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
-    fn xattrs(&mut self, path: &Path) -> Option<Vec<(String, String)>> {
-        let attrs = match crate::fsmeta::read_xattrs(path) {
+    /// The xattrs of the entry `at` for its node (`None` when it has none); a failure to
+    /// read them, or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
+    fn xattrs(&mut self, at: &Entry<'_>) -> Option<Vec<(String, String)>> {
+        let path = at.path;
+        let attrs = match crate::fsmeta::read_xattrs(&xattr_path(at)) {
             Ok(a) => a,
             Err(e) => {
                 self.errors
@@ -376,9 +433,10 @@ impl<S: Storage> Walker<S> {
             .is_some_and(|t| b.mtime < t && b.ctime < t)
     }
 
-    /// The tree of the directory `path`, beside its parent snapshot's tree `before`;
-    /// `None` when it cannot be listed (recorded as an error).
-    fn read_dir(&mut self, path: &Path, before: Option<Id>) -> Result<Option<Tree>> {
+    /// The tree of the open directory `dir`, beside its parent snapshot's tree `before`;
+    /// `None` when it cannot be listed (recorded as an error). Each entry is looked up by
+    /// its name in `dir`, never by a path.
+    fn read_dir(&mut self, dir: &OpenDir, before: Option<Id>) -> Result<Option<Tree>> {
         let parent = match before {
             Some(id) => Some(
                 self.packer
@@ -387,10 +445,10 @@ impl<S: Storage> Walker<S> {
             ),
             None => None,
         };
-        let entries = match std::fs::read_dir(path) {
+        let entries = match rustix::fs::Dir::read_from(dir.fd()) {
             Ok(e) => e,
             Err(e) => {
-                self.errors.push(format!("{}: {e}", path.display()));
+                self.errors.push(format!("{}: {e}", dir.path.display()));
                 return Ok(None);
             }
         };
@@ -398,23 +456,32 @@ impl<S: Storage> Walker<S> {
         let mut names = Vec::new();
         for entry in entries {
             match entry {
-                Ok(e) => names.push(e.file_name()),
-                Err(e) => self.errors.push(format!("{}: {e}", path.display())),
+                Ok(e) => {
+                    let name = e.file_name().to_bytes();
+                    if name != b"." && name != b".." {
+                        names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+                    }
+                }
+                Err(e) => {
+                    // A failing directory read ends the listing: it is incomplete.
+                    self.errors.push(format!("{}: {e}", dir.path.display()));
+                    break;
+                }
             }
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         for name in names {
-            let child = path.join(&name);
+            let path = dir.display(&name);
             let before = parent.as_ref().and_then(|t| t.find(&name));
-            match std::fs::symlink_metadata(&child) {
-                Ok(meta) => {
-                    if let Some(node) = self.node(&child, &name, &meta, before)? {
-                        tree.nodes.push(node);
-                    }
-                    self.report();
-                }
-                Err(e) => self.errors.push(format!("{}: {e}", child.display())),
+            let at = Entry {
+                dir,
+                name: &name,
+                path: &path,
+            };
+            if let Some(node) = self.entry(&at, &name, before)? {
+                tree.nodes.push(node);
             }
+            self.report();
         }
         Ok(Some(tree))
     }

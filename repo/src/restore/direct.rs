@@ -13,11 +13,14 @@
 //! holes of whole blocks (the partial blocks around them are written as zeros); the last
 //! partial block is padded and the file then cut to its length.
 
-use std::fs::{File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
-use std::path::Path;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags};
 
 /// Alignment of offsets, lengths and memory for direct I/O.
 pub const ALIGN: usize = 4096;
@@ -53,27 +56,24 @@ impl Aligned {
     }
 }
 
-/// Creates the new file `path` (`O_EXCL`) for direct writes; `None` when the file system
-/// does not do direct I/O (tmpfs, for one), so that the caller writes buffered instead.
+/// Creates the new file `name` (`O_EXCL`) in the open directory `dir` for direct writes;
+/// `None` when the file system does not do direct I/O (tmpfs, for one), so that the
+/// caller writes buffered instead.
 ///
 /// # Errors
 /// Any other failure to open.
-pub fn create(path: &Path) -> io::Result<Option<File>> {
+pub fn create_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<File>> {
     // A new file only, `0600` until the restore applies its mode, as every file a restore
     // writes (`write.rs`).
-    let flags = i32::try_from(rustix::fs::OFlags::DIRECT.bits()).unwrap_or(0)
-        | rustix::fs::OFlags::NOFOLLOW.bits().cast_signed()
-        | rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(flags)
-        .open(path)
-    {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => Ok(None),
-        Err(e) => Err(e),
+    match rustix::fs::openat(
+        dir,
+        name,
+        super::write::NEW_FILE | OFlags::DIRECT,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(rustix::io::Errno::INVAL) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -88,7 +88,7 @@ pub struct DirectWriter {
 }
 
 impl DirectWriter {
-    /// A writer at the start of `file` (opened by [`create`]).
+    /// A writer at the start of `file` (opened by [`create_at`]).
     #[must_use]
     pub fn new(file: File) -> Self {
         Self {
@@ -196,6 +196,11 @@ mod tests {
 
     use super::*;
 
+    fn create_in(dir: &std::path::Path, name: &str) -> io::Result<Option<File>> {
+        let dir = crate::beneath::OpenDir::top(dir)?;
+        create_at(dir.fd(), OsStr::new(name))
+    }
+
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
             .map(|i| u8::try_from((i * 31 + usize::from(seed)) % 251).unwrap_or(0) | 1)
@@ -208,7 +213,7 @@ mod tests {
     async fn unaligned_data_and_holes_come_back_exactly_and_sparse() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("image");
-        let file = create(&path)
+        let file = create_in(dir.path(), "image")
             .unwrap()
             .expect("this file system does direct I/O");
         let mut w = DirectWriter::new(file);
@@ -249,7 +254,7 @@ mod tests {
     async fn a_file_ending_in_zeros_has_its_full_length() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tail");
-        let mut w = DirectWriter::new(create(&path).unwrap().unwrap());
+        let mut w = DirectWriter::new(create_in(dir.path(), "tail").unwrap().unwrap());
         w.push(b"head").await.unwrap();
         w.zeros(3 * ALIGN as u64 + 5).await.unwrap();
         w.finish(4 + 3 * ALIGN as u64 + 5).await.unwrap();

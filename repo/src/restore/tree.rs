@@ -1,14 +1,22 @@
 //! Restoring a snapshot's trees onto a directory: which entries `include` selects, the
 //! order they are written in (small files several at once), hard links, symlinks and
 //! special files, metadata, and the failures a restore lists or gives up on.
+//!
+//! Every directory is entered by its open descriptor and every entry made by one name in
+//! it, never by a path (`beneath.rs`): a directory swapped for a symlink while the restore
+//! is inside it does not send the rest of the restore, or a directory's metadata, outside
+//! the target.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt as _;
+use rustix::fs::AtFlags;
 
 use super::write::{new_file, unlink_symlink};
+use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
 use crate::include::Include;
 use crate::repository::Repository;
@@ -52,8 +60,11 @@ pub const SMALL_FILES_AT_ONCE: usize = 16;
 pub(super) struct Restorer<'a, S: Storage> {
     repo: &'a Repository<S>,
     include: &'a Include,
-    /// (dev, inode) of multiply-linked files already restored, and where.
-    links: HashMap<(u64, u64), PathBuf>,
+    /// (dev, inode) of multiply-linked files already restored, and where: the directory
+    /// relative to the target, and the name.
+    links: HashMap<(u64, u64), (PathBuf, OsString)>,
+    /// The target's top directory, open while the restore runs.
+    root: Option<OpenDir>,
     /// Files whose content failed: their further hard-link names cannot be made.
     failed_files: HashSet<PathBuf>,
     summary: RestoreSummary,
@@ -70,6 +81,7 @@ impl<'a, S: Storage> Restorer<'a, S> {
             repo,
             include,
             links: HashMap::new(),
+            root: None,
             failed_files: HashSet::new(),
             summary: RestoreSummary::default(),
             in_a_row: 0,
@@ -79,14 +91,21 @@ impl<'a, S: Storage> Restorer<'a, S> {
 
     /// Restores the root tree `tree` into `target` (which exists).
     pub(super) async fn run(mut self, tree: Tree, target: &Path) -> Result<RestoreSummary> {
-        self.dir(tree, target, "", false).await?;
+        let top = OpenDir::top(target).map_err(|e| RepoError::io(target, e))?;
+        // The same directory, not the path opened again (it may name another by now).
+        let fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
+        self.root = Some(OpenDir {
+            fd,
+            path: top.path.clone(),
+        });
+        self.dir(tree, &top, "", false).await?;
         Ok(self.summary)
     }
 
     /// Restores the entries of one directory: all of them when `inside` (the directory
     /// itself was selected), else those `include` selects. Returns whether it wrote any.
     /// An error is an abort ([`Restorer::failed`]); entries that fail are listed.
-    async fn dir(&mut self, tree: Tree, dir: &Path, rel: &str, inside: bool) -> Result<bool> {
+    async fn dir(&mut self, tree: Tree, dir: &OpenDir, rel: &str, inside: bool) -> Result<bool> {
         let mut wrote = false;
         if let Err(why) = tree.check_names() {
             let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
@@ -101,7 +120,6 @@ impl<'a, S: Storage> Restorer<'a, S> {
         let mut links = Vec::new();
         for node in &tree.nodes {
             let name = node.name();
-            let path = dir.join(&name);
             let rel = if rel.is_empty() {
                 String::from_utf8_lossy(name.as_bytes()).into_owned()
             } else {
@@ -110,7 +128,7 @@ impl<'a, S: Storage> Restorer<'a, S> {
             let matched = inside || self.include.matches(&rel);
             if node.kind == Some(NodeType::Dir) {
                 if matched || self.include.may_contain(&rel) {
-                    subdirs.push((node, path, rel, matched));
+                    subdirs.push((node, name, rel, matched));
                 }
                 continue;
             }
@@ -124,30 +142,31 @@ impl<'a, S: Storage> Restorer<'a, S> {
                     if node.links > 1 {
                         let key = (node.dev, node.inode);
                         if let Some(first) = self.links.get(&key) {
-                            links.push((first.clone(), path, rel));
+                            links.push((first.clone(), name, rel));
                             continue;
                         }
-                        self.links.insert(key, path.clone());
+                        let here = self.relative(dir);
+                        self.links.insert(key, (here, name.clone()));
                     }
                     if node.content.as_ref().is_some_and(|c| c.len() > 1) {
-                        large.push((node, path, rel));
+                        large.push((node, name, rel));
                     } else {
-                        small.push((node, path, rel));
+                        small.push((node, name, rel));
                     }
                 }
-                _ => match self.link_or_special(node, &path, &rel) {
+                _ => match self.link_or_special(node, dir, &name, &rel) {
                     Ok(()) => self.succeeded(),
                     Err(e) => self.failed(&rel, e).await?,
                 },
             }
         }
 
-        self.write_files(small, large, links).await?;
-        for (node, path, rel, matched) in subdirs {
+        self.write_files(dir, small, large, links).await?;
+        for (node, name, rel, matched) in subdirs {
             // A directory entered only because a pattern may match below it is removed
             // again when nothing did (unless it was there before), and a symlink that stood
             // in its place is put back.
-            let (link, existed, tree) = match self.enter(node, &path).await {
+            let (link, existed, tree, sub) = match self.enter(node, dir, &name).await {
                 Ok(entered) => entered,
                 Err(e) => {
                     self.failed(&rel, e).await?;
@@ -155,19 +174,22 @@ impl<'a, S: Storage> Restorer<'a, S> {
                 }
             };
             let below = match tree {
-                Some(sub) => Box::pin(self.dir(sub, &path, &rel, matched)).await?,
+                Some(tree) => Box::pin(self.dir(tree, &sub, &rel, matched)).await?,
                 None => false,
             };
             if matched || below {
                 wrote = true;
                 self.summary.dirs += 1;
-                self.apply_meta(&path, node, &rel);
+                // Through the directory's descriptor: its name may be a symlink by now.
+                let failed = crate::fsmeta::apply_fd(sub.fd(), node);
+                self.meta_failed(failed, &rel);
             } else if !existed {
-                let _ = std::fs::remove_dir(&path);
+                drop(sub);
+                let _ = rustix::fs::unlinkat(dir.fd(), &name, AtFlags::REMOVEDIR);
                 if let Some(target) = link
-                    && let Err(e) = std::os::unix::fs::symlink(&target, &path)
+                    && let Err(e) = rustix::fs::symlinkat(&target, dir.fd(), &name)
                 {
-                    let e = RepoError::io(&path, e);
+                    let e = RepoError::io(&dir.display(&name), e.into());
                     self.failed(&format!("{rel} (the symlink that was there)"), e)
                         .await?;
                 }
@@ -183,25 +205,27 @@ impl<'a, S: Storage> Restorer<'a, S> {
     /// chunks plus `FETCH_AHEAD * FETCH_SPAN` bytes at most.
     async fn write_files(
         &mut self,
-        small: Vec<(&Node, PathBuf, String)>,
-        large: Vec<(&Node, PathBuf, String)>,
-        links: Vec<(PathBuf, PathBuf, String)>,
+        dir: &OpenDir,
+        small: Vec<(&Node, OsString, String)>,
+        large: Vec<(&Node, OsString, String)>,
+        links: Vec<((PathBuf, OsString), OsString, String)>,
     ) -> Result<()> {
         let repo = self.repo;
         let stop = std::sync::atomic::AtomicBool::new(false);
         let mut done = futures::stream::iter(small)
             .take_while(|_| std::future::ready(!stop.load(std::sync::atomic::Ordering::Relaxed)))
-            .map(|(node, path, rel)| async move {
-                let n = new_file(repo, node, &path).await;
-                (n, node, path, rel)
+            .map(|(node, name, rel)| async move {
+                let path = dir.display(&name);
+                let n = new_file(repo, node, dir.fd(), &name, &path).await;
+                (n, path, rel)
             })
             .buffer_unordered(SMALL_FILES_AT_ONCE);
         // Giving up starts no further file and waits for those in flight: each either
         // finishes or removes itself, so none is left with part of its content.
         let mut gave_up = None;
-        while let Some((n, node, path, rel)) = done.next().await {
+        while let Some((n, path, rel)) = done.next().await {
             match n {
-                Ok(n) => self.file_done(n, node, &path, &rel),
+                Ok(n) => self.file_done(n, &rel),
                 Err(e) if gave_up.is_none() => {
                     gave_up = self.file_failed(path, &rel, e).await.err();
                     stop.store(gave_up.is_some(), std::sync::atomic::Ordering::Relaxed);
@@ -213,13 +237,16 @@ impl<'a, S: Storage> Restorer<'a, S> {
         if let Some(e) = gave_up {
             return Err(e);
         }
-        for (node, path, rel) in large {
-            match new_file(repo, node, &path).await {
-                Ok(n) => self.file_done(n, node, &path, &rel),
+        for (node, name, rel) in large {
+            let path = dir.display(&name);
+            match new_file(repo, node, dir.fd(), &name, &path).await {
+                Ok(n) => self.file_done(n, &rel),
                 Err(e) => self.file_failed(path, &rel, e).await?,
             }
         }
-        for (first, path, rel) in links {
+        for ((first_dir, first_name), name, rel) in links {
+            let path = dir.display(&name);
+            let first = self.target_path(&first_dir).join(&first_name);
             if self.failed_files.contains(&first) {
                 // Listed, but not another failure of the storage: the first name's was.
                 self.summary.failed.push(format!(
@@ -228,8 +255,7 @@ impl<'a, S: Storage> Restorer<'a, S> {
                 ));
                 continue;
             }
-            let _ = std::fs::remove_file(&path);
-            match std::fs::hard_link(&first, &path) {
+            match self.hard_link(&first_dir, &first_name, dir, &name) {
                 Ok(()) => {
                     self.summary.files += 1;
                     self.succeeded();
@@ -240,45 +266,101 @@ impl<'a, S: Storage> Restorer<'a, S> {
         Ok(())
     }
 
-    /// Reads a directory node's tree, then makes its directory at `path`: returns the
-    /// target's symlink set aside there, whether a directory was there, and the tree.
+    /// Makes `name` in `dir` another name of the file restored as `first_name` in the
+    /// directory `first_dir` (relative to the target), which is looked up again below the
+    /// target without following a symlink.
+    fn hard_link(
+        &self,
+        first_dir: &Path,
+        first_name: &OsStr,
+        dir: &OpenDir,
+        name: &OsStr,
+    ) -> std::io::Result<()> {
+        let root = self.root.as_ref().expect("set while the restore runs");
+        let first = open_dir_beneath(root.fd(), first_dir)?;
+        let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
+        rustix::fs::linkat(&first, first_name, dir.fd(), name, AtFlags::empty())?;
+        Ok(())
+    }
+
+    /// Where the open directory `dir` is relative to the target's top, by the names the
+    /// restore entered.
+    fn relative(&self, dir: &OpenDir) -> PathBuf {
+        let root = self.root.as_ref().expect("set while the restore runs");
+        dir.path
+            .strip_prefix(&root.path)
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
+    /// The path of `rel` (relative to the target), for messages and the failed files.
+    fn target_path(&self, rel: &Path) -> PathBuf {
+        let root = self.root.as_ref().expect("set while the restore runs");
+        root.path.join(rel)
+    }
+
+    /// Reads a directory node's tree, then makes its directory `name` in `dir` and opens
+    /// it: returns the target's symlink set aside there, whether a directory was there,
+    /// the tree, and the open directory.
     async fn enter(
         &self,
         node: &Node,
-        path: &Path,
-    ) -> Result<(Option<PathBuf>, bool, Option<Tree>)> {
+        dir: &OpenDir,
+        name: &OsStr,
+    ) -> Result<(Option<PathBuf>, bool, Option<Tree>, OpenDir)> {
         let tree = match &node.subtree {
             Some(sub) => Some(self.repo.read_tree(sub).await?),
             None => None,
         };
-        let link = unlink_symlink(path)?;
-        let existed = path.is_dir();
-        if let Err(e) = std::fs::create_dir_all(path) {
-            if let Some(target) = &link {
-                let _ = std::os::unix::fs::symlink(target, path);
+        let path = dir.display(name);
+        let link = unlink_symlink(dir.fd(), name, &path)?;
+        let existed = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
+        let made = match rustix::fs::mkdirat(dir.fd(), name, rustix::fs::Mode::from_raw_mode(0o700))
+        {
+            Err(rustix::io::Errno::EXIST) if existed => Ok(()),
+            other => other,
+        };
+        let opened = made
+            .map_err(std::io::Error::from)
+            .and_then(|()| dir.child(name));
+        match opened {
+            Ok(sub) => Ok((link, existed, tree, sub)),
+            Err(e) => {
+                if let Some(target) = &link {
+                    let _ = rustix::fs::symlinkat(target, dir.fd(), name);
+                }
+                Err(RepoError::io(&path, e))
             }
-            return Err(RepoError::io(path, e));
         }
-        Ok((link, existed, tree))
     }
 
-    /// A symlink, device node, FIFO or socket.
-    fn link_or_special(&mut self, node: &Node, path: &Path, rel: &str) -> Result<()> {
+    /// A symlink, device node, FIFO or socket, as `name` in `dir`.
+    fn link_or_special(
+        &mut self,
+        node: &Node,
+        dir: &OpenDir,
+        name: &OsStr,
+        rel: &str,
+    ) -> Result<()> {
+        let path = dir.display(name);
         match node.kind {
             Some(NodeType::Symlink) => {
                 let target = hex::decode(node.target_hex.as_deref().unwrap_or_default())
                     .map_err(|e| RepoError::corrupt("tree", e))?;
-                let _ = std::fs::remove_file(path);
-                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), path)
-                    .map_err(|e| RepoError::io(path, e))?;
+                let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
+                rustix::fs::symlinkat(OsStr::from_bytes(&target), dir.fd(), name)
+                    .map_err(|e| RepoError::io(&path, e.into()))?;
                 self.summary.symlinks += 1;
-                self.apply_meta(path, node, rel);
+                let failed = crate::fsmeta::apply_at(dir.fd(), name, node);
+                self.meta_failed(failed, rel);
             }
             Some(NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket) => {
-                match crate::fsmeta::make_special(path, node) {
+                match crate::fsmeta::make_special(dir.fd(), name, node) {
                     Ok(()) => {
                         self.summary.special += 1;
-                        self.apply_meta(path, node, rel);
+                        let failed = crate::fsmeta::apply_at(dir.fd(), name, node);
+                        self.meta_failed(failed, rel);
                     }
                     Err(e) => self.summary.skipped.push(format!("{rel}: {e}")),
                 }
@@ -323,16 +405,17 @@ impl<'a, S: Storage> Restorer<'a, S> {
         self.target_in_a_row = 0;
     }
 
-    fn file_done(&mut self, bytes: u64, node: &Node, path: &Path, rel: &str) {
+    /// A regular file written, with the metadata [`new_file`] could not apply.
+    fn file_done(&mut self, (bytes, meta_failed): (u64, Vec<String>), rel: &str) {
         self.succeeded();
         self.summary.bytes += bytes;
         self.summary.files += 1;
         self.repo.progress.add_file();
-        self.apply_meta(path, node, rel);
+        self.meta_failed(meta_failed, rel);
     }
 
-    fn apply_meta(&mut self, path: &Path, node: &Node, rel: &str) {
-        for what in crate::fsmeta::apply(path, node) {
+    fn meta_failed(&mut self, failed: Vec<String>, rel: &str) {
+        for what in failed {
             self.summary.metadata_failed.push(format!("{rel}: {what}"));
         }
     }

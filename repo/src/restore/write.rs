@@ -1,17 +1,20 @@
 //! Writing one file's content: a new regular file (sparse, through direct I/O when it is
-//! large, under a temporary name renamed over the old file), or an open file or device
-//! from its start (zeros written where it may hold old data). Never through a symlink that
-//! stands where the file goes, never opening a name that is there.
+//! large, under a temporary name in its open directory, renamed over the old file), or an
+//! open file or device from its start (zeros written where it may hold old data). Never
+//! through a symlink that stands where the file goes, never opening a name that is there.
 
-use std::fs::{File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::{AsFd as _, BorrowedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::FileExt as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt as _;
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::direct;
 use super::fetch::fetch_ahead;
@@ -20,32 +23,42 @@ use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::Node;
 
-/// Creates (or replaces) the regular file `path` with `node`'s content, sparse: written
-/// under a temporary name in its directory, created `0600` and exclusively (no name that
-/// is there is ever opened: a FIFO or a device planted there is not touched), then renamed
-/// over `path`. So another hard link to the old file keeps the old content, the old
-/// file's extended attributes and ACLs go with it, and a file whose content fails keeps
-/// its old version. Files of `direct::DIRECT_MIN` bytes or more go through direct I/O
-/// where the file system allows it. The caller applies the metadata, after which the
-/// mode is the node's.
+/// Creates (or replaces) the regular file `name` in the open directory `dir` with
+/// `node`'s content and metadata, sparse: written under a temporary name in `dir`,
+/// created `0600` and exclusively (no name that is there is ever opened: a FIFO or a
+/// device planted there is not touched), its metadata applied through the open file, then
+/// renamed over `name`. So another hard link to the old file keeps the old content, the
+/// old file's extended attributes and ACLs go with it, a file whose content fails keeps
+/// its old version, and a symlink put where the file goes is replaced, never followed.
+/// Files of `direct::DIRECT_MIN` bytes or more go through direct I/O where the file
+/// system allows it. `path` names the file in messages. Returns the bytes written and the
+/// metadata that could not be applied.
 pub(super) async fn new_file<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
     path: &Path,
-) -> Result<u64> {
-    let (temp, opened) = open_temp_file(node, path)?;
-    let written = match opened {
-        (f, true) => write_file_direct(repo, node, f, path).await,
-        (f, false) => write_file(repo, node, &f, path, Holes::Skip).await,
+) -> Result<(u64, Vec<String>)> {
+    let (temp, (file, direct)) = open_temp_file(node, dir, path)?;
+    let written = if direct {
+        // The writer takes a descriptor; this one stays for the metadata.
+        match file.try_clone() {
+            Ok(f) => write_file_direct(repo, node, f, path).await,
+            Err(e) => Err(RepoError::io(path, e)),
+        }
+    } else {
+        write_file(repo, node, &file, path, Holes::Skip).await
     };
-    // `rename` replaces a symlink at `path` itself, never what it points at.
+    // Before the rename: the file appears under its name with its owner and mode.
     let placed = written.and_then(|n| {
-        std::fs::rename(&temp, path)
-            .map(|()| n)
-            .map_err(|e| RepoError::io(path, e))
+        let meta_failed = crate::fsmeta::apply_fd(file.as_fd(), node);
+        rustix::fs::renameat(dir, &temp, dir, name)
+            .map(|()| (n, meta_failed))
+            .map_err(|e| RepoError::io(path, e.into()))
     });
     if placed.is_err() {
-        let _ = std::fs::remove_file(&temp);
+        let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
     }
     placed
 }
@@ -54,28 +67,37 @@ pub(super) async fn new_file<S: Storage>(
 /// part-way leaves such files behind, which may be deleted.
 pub const TEMP_PREFIX: &str = ".kura-restore-";
 
-/// Creates a new file beside `path` under a temporary name, for [`new_file`]: with direct
-/// I/O (`true`) for a file of `direct::DIRECT_MIN` bytes or more where the file system
-/// allows it.
-fn open_temp_file(node: &Node, path: &Path) -> Result<(PathBuf, (File, bool))> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+/// Flags of every file a restore creates: new (`O_EXCL`, so no name that is there is
+/// opened), without following a symlink, without waiting (`O_NONBLOCK`: nothing planted
+/// can make an open wait).
+pub(super) const NEW_FILE: OFlags = OFlags::WRONLY
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC);
+
+/// Creates a new file in `dir` under a temporary name, for [`new_file`]: with direct I/O
+/// (`true`) for a file of `direct::DIRECT_MIN` bytes or more where the file system allows
+/// it.
+fn open_temp_file(
+    node: &Node,
+    dir: BorrowedFd<'_>,
+    path: &Path,
+) -> Result<(OsString, (File, bool))> {
     loop {
         let random = kura_keys::rand::u64().map_err(|_| RepoError::Random)?;
-        let temp = dir.join(format!("{TEMP_PREFIX}{random:016x}"));
+        let temp = OsString::from(format!("{TEMP_PREFIX}{random:016x}"));
         let opened = if node.size.is_some_and(|n| n >= direct::DIRECT_MIN) {
-            direct::create(&temp)
+            direct::create_at(dir, &temp)
         } else {
             Ok(None)
         };
         let opened = match opened {
             Ok(Some(f)) => Ok((f, true)),
-            Ok(None) => OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(NO_FOLLOW | NON_BLOCK)
-                .open(&temp)
-                .map(|f| (f, false)),
+            Ok(None) => rustix::fs::openat(dir, &temp, NEW_FILE, Mode::from_raw_mode(0o600))
+                .map(|fd| (File::from(fd), false))
+                .map_err(std::io::Error::from),
             Err(e) => Err(e),
         };
         match opened {
@@ -87,23 +109,23 @@ fn open_temp_file(node: &Node, path: &Path) -> Result<(PathBuf, (File, bool))> {
     }
 }
 
-/// `O_NOFOLLOW`: a restore opens the files it writes without following a symlink in their
-/// place, which a target could hold (or another entry of the snapshot just made, on a
-/// case-insensitive file system).
-const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits().cast_signed();
-
 /// `O_NONBLOCK`: opening never waits (on a FIFO, for a reader that never comes).
 pub(super) const NON_BLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
 
-/// Removes a symlink where the snapshot puts a file or a directory. Restoring into a
-/// target that has one (an in-place recovery, a second snapshot into the same directory)
-/// would otherwise write through it, outside the target: `app/conf -> /etc` and a
-/// snapshot's `app/conf/passwd`. Returns the removed link's target.
-pub(super) fn unlink_symlink(path: &Path) -> Result<Option<PathBuf>> {
-    match std::fs::read_link(path) {
+/// Removes a symlink `name` in `dir` where the snapshot puts a file or a directory.
+/// Restoring into a target that has one (an in-place recovery, a second snapshot into the
+/// same directory) would otherwise write through it, outside the target: `app/conf ->
+/// /etc` and a snapshot's `app/conf/passwd`. Returns the removed link's target.
+pub(super) fn unlink_symlink(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+) -> Result<Option<PathBuf>> {
+    match rustix::fs::readlinkat(dir, name, Vec::new()) {
         Ok(target) => {
-            std::fs::remove_file(path).map_err(|e| RepoError::io(path, e))?;
-            Ok(Some(target))
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())
+                .map_err(|e| RepoError::io(path, e.into()))?;
+            Ok(Some(PathBuf::from(OsStr::from_bytes(target.as_bytes()))))
         }
         Err(_) => Ok(None),
     }
