@@ -12,5 +12,6 @@ mod redirect;
 mod restore_in_place;
 mod retry;
 mod sessions;
+mod sparse;
 mod torn;
 mod upkeep;
