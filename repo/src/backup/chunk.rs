@@ -1,5 +1,5 @@
 //! Chunking: content-defined chunks of files and streams (FastCDC, `cdc.rs`), fixed blocks
-//! of devices and images (all-zero blocks become holes). Chunks are hashed, and the new
+//! of devices and images; all-zero chunks of either become holes. Chunks are hashed, and the new
 //! ones compressed, in batches on every core (`par_map`) before the packer takes them.
 
 use std::fs::File;
@@ -86,12 +86,9 @@ impl Chunker {
                 ranges.push((offset, length));
                 start = offset + length;
             }
-            match self.data_chunks(packer, &buf, &ranges) {
-                Ok(ids) => content.extend(ids.into_iter().map(|blob| Content::Blob { blob })),
-                Err(e) => {
-                    self.cdc_buf = buf;
-                    return Err(e);
-                }
+            if let Err(e) = self.cdc_chunks(packer, &buf, &ranges, &mut content) {
+                self.cdc_buf = buf;
+                return Err(e);
             }
             size += start as u64;
             read(packer, start as u64);
@@ -103,6 +100,35 @@ impl Chunker {
         };
         self.cdc_buf = buf;
         result
+    }
+
+    /// Stores the content-defined chunks `ranges` of `buf` and appends their entries to
+    /// `content`: all-zero chunks as holes (a sparse file's holes, a preallocated file's
+    /// zeros), merged with a hole before them, the others as blobs. Checking costs next to
+    /// nothing on data, where the first bytes are rarely all zero.
+    fn cdc_chunks<S: Storage>(
+        &mut self,
+        packer: &mut Packer<S>,
+        buf: &[u8],
+        ranges: &[(usize, usize)],
+        content: &mut Vec<Content>,
+    ) -> Result<()> {
+        let zero: Vec<bool> = ranges
+            .iter()
+            .map(|&(o, l)| buf[o..o + l].iter().all(|&b| b == 0))
+            .collect();
+        let data: Vec<(usize, usize)> = ranges
+            .iter()
+            .zip(&zero)
+            .filter(|(_, z)| !**z)
+            .map(|(r, _)| *r)
+            .collect();
+        let mut ids = self.data_chunks(packer, buf, &data)?.into_iter();
+        for (&(_, len), is_zero) in ranges.iter().zip(zero) {
+            let blob = (!is_zero).then(|| ids.next().expect("one ID per data chunk"));
+            push_entry(content, len as u64, blob);
+        }
+        Ok(())
     }
 
     /// Fixed chunks of a device or image; all-zero chunks become holes.
@@ -147,14 +173,8 @@ impl Chunker {
                 .collect();
             let mut ids = self.data_chunks(packer, &buf, &data)?.into_iter();
             for (_, l, zero) in blocks {
-                if !zero {
-                    let blob = ids.next().expect("one ID per data block");
-                    content.push(Content::Blob { blob });
-                } else if let Some(Content::Zero { zero }) = content.last_mut() {
-                    *zero += l as u64;
-                } else {
-                    content.push(Content::Zero { zero: l as u64 });
-                }
+                let blob = (!zero).then(|| ids.next().expect("one ID per data block"));
+                push_entry(&mut content, l as u64, blob);
             }
             if filled < buf.len() {
                 break;
@@ -193,6 +213,18 @@ impl Chunker {
             packer.add_stored(BlobType::Data, ids[i], &buf[o..o + l], c)?;
         }
         Ok(ids)
+    }
+}
+
+/// Appends a chunk of `len` bytes to `content`: its blob, or with `None` a hole, merged
+/// with a hole just before it.
+fn push_entry(content: &mut Vec<Content>, len: u64, blob: Option<Id>) {
+    match blob {
+        Some(blob) => content.push(Content::Blob { blob }),
+        None => match content.last_mut() {
+            Some(Content::Zero { zero }) => *zero += len,
+            _ => content.push(Content::Zero { zero: len }),
+        },
     }
 }
 
