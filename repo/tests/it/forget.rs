@@ -259,3 +259,38 @@ async fn a_dry_run_deletes_nothing_and_says_why_each_is_kept() {
     );
     assert_eq!(listed(&repo).await, sorted(vec![old, new]));
 }
+
+/// Before: both paths were recorded as `…/\u{fffd}/data`, one group, and forget deleted
+/// the other volume's only snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_volumes_whose_paths_differ_only_in_bytes_that_are_not_utf8_are_two_groups() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let env = Env::start().await;
+    let mut repo = Repository::init(env.storage("non-utf8"), small_params())
+        .await
+        .unwrap();
+    let top = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for byte in [0xfe_u8, 0xff] {
+        let dir = top
+            .path()
+            .join(std::ffi::OsStr::from_bytes(&[b'v', byte]))
+            .join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), [byte]).unwrap();
+        let (id, _) = kura_repo::backup(
+            &mut repo,
+            kura_repo::Source::Paths(vec![dir]),
+            crate::backup_restore::opts(),
+        )
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    forget(&repo, &keep_last(1)).await.unwrap();
+    assert_eq!(
+        listed(&repo).await,
+        sorted(ids),
+        "each volume keeps its snapshot"
+    );
+}
