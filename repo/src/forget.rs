@@ -186,6 +186,7 @@ mod tests {
             host: host.into(),
             tags: vec![],
             paths: vec![],
+            paths_hex: None,
             tree: Id([0; 32]),
             parent: None,
             incomplete: false,

@@ -129,7 +129,7 @@ impl GroupBy {
         };
         GroupKey {
             host: self.host.then(|| snap.host.clone()),
-            paths: self.paths.then(|| sorted(&snap.paths)),
+            paths: self.paths.then(|| sorted(&snap.exact_paths())),
             tags: self.tags.then(|| sorted(&snap.tags)),
         }
     }
@@ -217,6 +217,7 @@ mod tests {
             host: host.into(),
             tags: tags.iter().map(|t| (*t).to_string()).collect(),
             paths: paths.iter().map(|p| (*p).to_string()).collect(),
+            paths_hex: None,
             tree: crate::id::Id([0; 32]),
             parent: None,
             incomplete: false,

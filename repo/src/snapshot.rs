@@ -45,8 +45,13 @@ pub struct Snapshot {
     /// Tags.
     #[serde(default)]
     pub tags: Vec<String>,
-    /// What was backed up.
+    /// What was backed up, as text: a path that is not valid UTF-8 has each invalid
+    /// sequence replaced by U+FFFD (see `paths_hex`).
     pub paths: Vec<String>,
+    /// The exact bytes of every path, hex, in the order of `paths`: only when one of them
+    /// is not valid UTF-8, so that two such paths stay apart (FORMAT.md 8.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths_hex: Option<Vec<String>>,
     /// Root tree.
     pub tree: Id,
     /// Parent snapshot.
@@ -70,6 +75,45 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The paths, each told apart exactly: as recorded where it is text, and where its
+    /// bytes are not UTF-8 (`paths_hex`) as the text with the bytes after it, so that
+    /// grouping and the default parent never take two volumes for one.
+    #[must_use]
+    pub fn exact_paths(&self) -> Vec<String> {
+        let Some(hex) = self
+            .paths_hex
+            .as_ref()
+            .filter(|h| h.len() == self.paths.len())
+        else {
+            return self.paths.clone();
+        };
+        self.paths
+            .iter()
+            .zip(hex)
+            .map(|(text, hex)| {
+                let exact = hex::decode(hex).is_ok_and(|b| std::str::from_utf8(&b).is_ok());
+                if exact {
+                    text.clone()
+                } else {
+                    format!("{text} (bytes {hex})")
+                }
+            })
+            .collect()
+    }
+
+    /// `paths` and `paths_hex` for the paths a backup was given.
+    #[must_use]
+    pub fn record_paths(paths: &[std::ffi::OsString]) -> (Vec<String>, Option<Vec<String>>) {
+        use std::os::unix::ffi::OsStrExt as _;
+        let text = paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let exact = paths.iter().any(|p| p.to_str().is_none());
+        let hex = exact.then(|| paths.iter().map(|p| hex::encode(p.as_bytes())).collect());
+        (text, hex)
+    }
+
     /// The instant of `time` (RFC 3339 with any offset), `None` when it does not parse.
     #[must_use]
     pub fn instant(&self) -> Option<time::OffsetDateTime> {

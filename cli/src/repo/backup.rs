@@ -57,12 +57,15 @@ pub fn run(args: &BackupArgs) -> Result<()> {
                 Some(super::resolve(&repo, p, &filter).await?.0)
             }
             (None, Source::Paths(paths)) if !args.force => {
-                let wanted: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                let given: Vec<std::ffi::OsString> = paths.iter().map(|p| p.clone().into_os_string()).collect();
+                // Exactly these paths: two that differ only in bytes that are not UTF-8
+                // read alike as text.
+                let wanted = kura_repo::Snapshot::record_paths(&given);
                 repo.snapshots()
                     .await?
                     .into_iter()
                     .rev()
-                    .find(|(_, s)| s.host == host && s.paths == wanted)
+                    .find(|(_, s)| s.host == host && (&s.paths, &s.paths_hex) == (&wanted.0, &wanted.1))
                     .map(|(id, _)| id)
             }
             (None, _) => None,

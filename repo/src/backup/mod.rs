@@ -184,12 +184,14 @@ fn run<S: Storage>(
         None => None,
     };
     let (root, paths) = w.source(source, parent.as_ref())?;
+    let (paths, paths_hex) = Snapshot::record_paths(&paths);
     w.packer.finish()?;
     let snap = Snapshot {
         time: started,
         host: opts.host,
         tags: opts.tags,
         paths,
+        paths_hex,
         tree: root,
         parent: opts.parent,
         incomplete: w.incomplete(),

@@ -146,7 +146,7 @@ impl<S: Storage> Walker<S> {
         &mut self,
         source: Source,
         parent: Option<&Parent>,
-    ) -> Result<(Id, Vec<String>)> {
+    ) -> Result<(Id, Vec<std::ffi::OsString>)> {
         self.trusted_before = parent
             .and_then(|p| p.started)
             .map(|t| t.unix_timestamp_nanos() - RACY_MARGIN_NS);
@@ -157,7 +157,7 @@ impl<S: Storage> Walker<S> {
             Source::Paths(list) => {
                 unique_top_names(&list)?;
                 for path in list {
-                    paths.push(path.display().to_string());
+                    paths.push(path.clone().into_os_string());
                     let name = top_name(&path);
                     let before = parent.and_then(|t| t.find(&name));
                     // The path's own last component is not followed, as below it.
@@ -179,12 +179,12 @@ impl<S: Storage> Walker<S> {
                 }
             }
             Source::Stdin { name, reader } => {
-                paths.push(format!("-:{name}"));
+                paths.push(format!("-:{name}").into());
                 let node = stream_node(&name)?;
                 root.nodes.push(self.stream(node, reader)?);
             }
             Source::Command { name, argv } => {
-                paths.push(format!("-:{name}"));
+                paths.push(format!("-:{name}").into());
                 // The name is checked before the command starts.
                 let node = stream_node(&name)?;
                 let mut child = Child::spawn(argv)?;
@@ -200,7 +200,7 @@ impl<S: Storage> Walker<S> {
                 root.nodes.push(node);
             }
             Source::Block(path) => {
-                paths.push(path.display().to_string());
+                paths.push(path.clone().into_os_string());
                 let meta = std::fs::metadata(&path).map_err(|e| RepoError::io(&path, e))?;
                 let mut file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
                 // A block device's metadata says 0 bytes; its end says how large it is.

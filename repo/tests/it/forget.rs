@@ -14,6 +14,7 @@ fn snapshot(time: &str, host: &str, paths: &[&str]) -> Snapshot {
         host: host.into(),
         tags: vec![],
         paths: paths.iter().map(|p| (*p).to_string()).collect(),
+        paths_hex: None,
         tree: Id([7; 32]),
         parent: None,
         incomplete: false,
