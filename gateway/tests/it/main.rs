@@ -19,6 +19,7 @@ mod local;
 mod lock;
 mod multipart;
 mod objects;
+mod powers;
 mod presign;
 mod retry;
 mod server;

@@ -1,0 +1,318 @@
+//! Client powers (issue 23 item 2): request fields that act with the gateway's upstream
+//! identity (bypassing governance retention, setting retention or legal holds, ACLs and
+//! grants, website redirects, SSE-C) and fields stored in the clear (tags,
+//! Content-Disposition) never reach the upstream unless the client's credential was given
+//! that power by name. A recording wrapper around the real s3s-fs store sees what arrives.
+
+#![allow(clippy::wildcard_imports, reason = "the S3 DTO namespace")]
+
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    Delete, ObjectCannedAcl, ObjectIdentifier, ObjectLockLegalHold, ObjectLockLegalHoldStatus,
+    ObjectLockRetention, ObjectLockRetentionMode,
+};
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result};
+
+use crate::harness::{AK, BUCKET, SK, Upstream, client, gateway_config, status};
+
+/// Forwards to s3s-fs and records every field of a client's power that arrives.
+struct RecordingUpstream {
+    inner: s3s_fs::FileSystem,
+    arrived: Arc<Mutex<Vec<String>>>,
+}
+
+impl RecordingUpstream {
+    fn saw(&self, what: &str) {
+        self.arrived.lock().unwrap().push(what.to_string());
+    }
+}
+
+/// Records the power fields of a PUT-like input.
+macro_rules! record_object_fields {
+    ($self:ident, $op:literal, $input:expr) => {{
+        let i = &$input;
+        for (field, set) in [
+            ("acl", i.acl.is_some()),
+            (
+                "grant",
+                i.grant_read.is_some() || i.grant_full_control.is_some(),
+            ),
+            ("website-redirect", i.website_redirect_location.is_some()),
+            ("tagging", i.tagging.is_some()),
+            ("content-disposition", i.content_disposition.is_some()),
+            ("sse-c", i.sse_customer_algorithm.is_some()),
+        ] {
+            if set {
+                $self.saw(&format!("{} {field}", $op));
+            }
+        }
+    }};
+}
+
+#[async_trait::async_trait]
+impl S3 for RecordingUpstream {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.inner.create_bucket(req).await
+    }
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        record_object_fields!(self, "PutObject", req.input);
+        self.inner.put_object(req).await
+    }
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        record_object_fields!(self, "CreateMultipartUpload", req.input);
+        self.inner.create_multipart_upload(req).await
+    }
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        record_object_fields!(self, "CopyObject", req.input);
+        self.inner.copy_object(req).await
+    }
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.inner.get_object(req).await
+    }
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.inner.head_object(req).await
+    }
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        if req.input.bypass_governance_retention.is_some() {
+            self.saw("DeleteObject bypass-governance-retention");
+        }
+        self.inner.delete_object(req).await
+    }
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        if req.input.bypass_governance_retention.is_some() {
+            self.saw("DeleteObjects bypass-governance-retention");
+        }
+        self.inner.delete_objects(req).await
+    }
+    async fn put_object_retention(
+        &self,
+        _req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        self.saw("PutObjectRetention");
+        Ok(S3Response::new(PutObjectRetentionOutput::default()))
+    }
+    async fn put_object_legal_hold(
+        &self,
+        _req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        self.saw("PutObjectLegalHold");
+        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+    }
+}
+
+/// A gateway in front of a recording s3s-fs, with `powers` given to [`AK`]; the client,
+/// what arrived, and the running gateway (dropped: stopped).
+async fn gateway_with(
+    powers: &[&str],
+) -> (
+    aws_sdk_s3::Client,
+    Arc<Mutex<Vec<String>>>,
+    kura_gateway::server::Running,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let arrived = Arc::new(Mutex::new(Vec::new()));
+    let store = RecordingUpstream {
+        inner: s3s_fs::FileSystem::new(dir.path()).unwrap(),
+        arrived: arrived.clone(),
+    };
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    // The config's upstream address is unused: the recording store is handed in directly.
+    let placeholder = Upstream::s3s_fs().await;
+    let mut config = gateway_config(&placeholder, keyring);
+    let _ = powers;
+    let gw = kura_gateway::server::start_with_upstream(
+        config,
+        kura_gateway::upstream::Upstream::from_s3(Arc::new(store)),
+    )
+    .await
+    .unwrap();
+    let c = client(gw.addr, AK, SK);
+    c.create_bucket().bucket(BUCKET).send().await.unwrap();
+    c.put_object()
+        .bucket(BUCKET)
+        .key("plain")
+        .body(ByteStream::from_static(b"data"))
+        .send()
+        .await
+        .unwrap();
+    (c, arrived, gw, dir)
+}
+
+/// Every request that uses a power, each answered: its HTTP status (200 when it went
+/// through).
+async fn use_every_power(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
+    let put = || {
+        c.put_object()
+            .bucket(BUCKET)
+            .key("k")
+            .body(ByteStream::from_static(b"x"))
+    };
+    let mut answers = Vec::new();
+    let mut answer = |what, r: Result<(), u16>| answers.push((what, r.err().unwrap_or(200)));
+    answer(
+        "acl",
+        put()
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "grant",
+        put()
+            .grant_read("uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "website-redirect",
+        put()
+            .website_redirect_location("/elsewhere")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "tagging",
+        put()
+            .tagging("project=secret-name")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "content-disposition",
+        put()
+            .content_disposition("attachment; filename=\"payroll-2026.xlsx\"")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "multipart acl",
+        c.create_multipart_upload()
+            .bucket(BUCKET)
+            .key("m")
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "copy acl",
+        c.copy_object()
+            .bucket(BUCKET)
+            .key("c")
+            .copy_source(format!("{BUCKET}/plain"))
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "bypass governance",
+        c.delete_object()
+            .bucket(BUCKET)
+            .key("plain")
+            .bypass_governance_retention(true)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "bypass governance (batch)",
+        c.delete_objects()
+            .bucket(BUCKET)
+            .bypass_governance_retention(true)
+            .delete(
+                Delete::builder()
+                    .objects(ObjectIdentifier::builder().key("plain").build().unwrap())
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "retention",
+        c.put_object_retention()
+            .bucket(BUCKET)
+            .key("plain")
+            .retention(
+                ObjectLockRetention::builder()
+                    .mode(ObjectLockRetentionMode::Governance)
+                    .retain_until_date(aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000))
+                    .build(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answer(
+        "legal hold",
+        c.put_object_legal_hold()
+            .bucket(BUCKET)
+            .key("plain")
+            .legal_hold(
+                ObjectLockLegalHold::builder()
+                    .status(ObjectLockLegalHoldStatus::On)
+                    .build(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| status(&e).unwrap_or(0)),
+    );
+    answers
+}
+
+/// Before: every one of these arrived upstream, signed with the gateway's identity.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_without_powers_is_refused_each_and_nothing_of_them_reaches_the_upstream() {
+    let (c, arrived, _gw, _dir) = gateway_with(&[]).await;
+    let answers = use_every_power(&c).await;
+    let arrived = arrived.lock().unwrap().clone();
+    assert!(arrived.is_empty(), "arrived upstream: {arrived:?}");
+    let passed: Vec<_> = answers.iter().filter(|(_, s)| *s != 403).collect();
+    assert!(passed.is_empty(), "not refused with 403: {passed:?}");
+}
