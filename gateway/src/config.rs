@@ -96,6 +96,9 @@ pub struct FileCredential {
     pub secret: SecretSource,
     /// Buckets this key may use; `["*"]` for all.
     pub buckets: Vec<String>,
+    /// Powers this key is given by name (`powers.rs`); none by default.
+    #[serde(default)]
+    pub powers: Vec<String>,
 }
 
 /// The upstream section of the config file.
@@ -193,6 +196,8 @@ pub struct ClientCredential {
     pub secret: s3s::auth::SecretKey,
     /// Buckets it may use.
     pub buckets: BucketScope,
+    /// Request fields that act with the gateway's upstream identity which it may use.
+    pub powers: crate::powers::Powers,
 }
 
 /// Where the gateway stores ciphertext.

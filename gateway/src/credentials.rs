@@ -7,11 +7,16 @@ use std::sync::Arc;
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
-use s3s::dto::{CopyObjectInput, CopySource, UploadPartCopyInput};
+use s3s::dto::{
+    CopyObjectInput, CopySource, CreateMultipartUploadInput, DeleteObjectInput, DeleteObjectsInput,
+    PutObjectInput, PutObjectLegalHoldInput, PutObjectRetentionInput, UploadPartCopyInput,
+    UploadPartInput,
+};
 use s3s::{S3Request, S3Result, s3_error};
 
 use crate::config::{BucketScope, ClientCredential};
 use crate::error::CredentialsError;
+use crate::powers::{Power, Powers, check_object_fields, refuse_sse_c};
 
 /// The client credentials, shared by the auth and access checks.
 #[derive(Clone)]
@@ -56,6 +61,16 @@ impl Credentials {
     #[must_use]
     pub fn scope(&self, access_key: &str) -> Option<&BucketScope> {
         self.keys.get(access_key).map(|c| &c.buckets)
+    }
+
+    /// The powers of the access key that signed `req` (none for an unknown one, which
+    /// the access check has refused already).
+    fn powers<T>(&self, req: &S3Request<T>) -> &Powers {
+        static NONE: std::sync::LazyLock<Powers> = std::sync::LazyLock::new(Powers::default);
+        req.credentials
+            .as_ref()
+            .and_then(|c| self.keys.get(&c.access_key))
+            .map_or(&NONE, |c| &c.powers)
     }
 
     fn check_bucket(&self, access_key: Option<&str>, bucket: &str) -> S3Result<()> {
@@ -154,12 +169,68 @@ impl S3Access for Credentials {
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
         let key = req.credentials.as_ref().map(|c| c.access_key.as_str());
         match copy_source_bucket(&req.input.copy_source) {
-            Some(b) => self.check_bucket(key, b),
-            None => Err(s3_error!(
-                NotImplemented,
-                "access point copy sources are not supported"
-            )),
+            Some(b) => self.check_bucket(key, b)?,
+            None => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "access point copy sources are not supported"
+                ));
+            }
         }
+        let powers = self.powers(req).clone();
+        refuse_sse_c(req.input.copy_source_sse_customer_algorithm.is_some())?;
+        check_object_fields!(&powers, &mut req.input)
+    }
+
+    // Client powers (`powers.rs`): checked before any handler runs.
+
+    async fn put_object(&self, req: &mut S3Request<PutObjectInput>) -> S3Result<()> {
+        let powers = self.powers(req).clone();
+        check_object_fields!(&powers, &mut req.input)
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: &mut S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<()> {
+        let powers = self.powers(req).clone();
+        check_object_fields!(&powers, &mut req.input)
+    }
+
+    async fn upload_part(&self, req: &mut S3Request<UploadPartInput>) -> S3Result<()> {
+        refuse_sse_c(req.input.sse_customer_algorithm.is_some())
+    }
+
+    async fn delete_object(&self, req: &mut S3Request<DeleteObjectInput>) -> S3Result<()> {
+        let used = req.input.bypass_governance_retention.unwrap_or(false);
+        self.powers(req).require(Power::BypassGovernance, used)?;
+        // `false` says nothing: not forwarded either.
+        req.input.bypass_governance_retention = used.then_some(true);
+        Ok(())
+    }
+
+    async fn delete_objects(&self, req: &mut S3Request<DeleteObjectsInput>) -> S3Result<()> {
+        let used = req.input.bypass_governance_retention.unwrap_or(false);
+        self.powers(req).require(Power::BypassGovernance, used)?;
+        req.input.bypass_governance_retention = used.then_some(true);
+        Ok(())
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: &mut S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<()> {
+        let powers = self.powers(req);
+        powers.require(Power::Retention, true)?;
+        let bypass = req.input.bypass_governance_retention.unwrap_or(false);
+        powers.require(Power::BypassGovernance, bypass)
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: &mut S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<()> {
+        self.powers(req).require(Power::LegalHold, true)
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {

@@ -208,6 +208,7 @@ impl EmbeddedDir {
                 access_key: stored.access_key_id,
                 secret: stored.secret_access_key.into(),
                 buckets: BucketScope::All,
+                powers: crate::powers::Powers::default(),
             },
             generated,
         })
@@ -259,6 +260,7 @@ pub async fn start_in_process(
             access_key: access_key.clone(),
             secret: secret_key.clone().into(),
             buckets: BucketScope::All,
+            powers: crate::powers::Powers::default(),
         }],
         tls: None,
         virtual_host_domain: None,

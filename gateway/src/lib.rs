@@ -37,6 +37,7 @@ pub mod credentials;
 pub mod embedded;
 pub mod error;
 pub mod metrics;
+pub mod powers;
 pub mod server;
 pub mod upstream;
 

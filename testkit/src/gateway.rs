@@ -18,6 +18,7 @@ pub fn credential(access_key: &str, secret: &str) -> ClientCredential {
         access_key: access_key.into(),
         secret: secret.to_owned().into(),
         buckets: BucketScope::All,
+        powers: kura_gateway::powers::Powers::default(),
     }
 }
 

@@ -49,10 +49,13 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         let secret = c
             .secret
             .resolve(&format!("credential {}", c.access_key_id))?;
+        let powers = kura_gateway::powers::Powers::parse(&c.powers)
+            .map_err(|e| anyhow::anyhow!("credential {}: {e}", c.access_key_id))?;
         credentials.push(ClientCredential {
             access_key: c.access_key_id.clone(),
             secret: secret.into(),
             buckets: BucketScope::from_list(&c.buckets),
+            powers,
         });
     }
     match (
@@ -63,6 +66,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             access_key: ak,
             secret: sk.into(),
             buckets: BucketScope::All,
+            powers: kura_gateway::powers::Powers::default(),
         }),
         (Err(_), Err(_)) => {}
         // The repository commands take the ID from the variable and the secret from their

@@ -147,7 +147,7 @@ async fn gateway_with(
     // The config's upstream address is unused: the recording store is handed in directly.
     let placeholder = Upstream::s3s_fs().await;
     let mut config = gateway_config(&placeholder, keyring);
-    let _ = powers;
+    config.credentials[0].powers = kura_gateway::powers::Powers::parse(powers).unwrap();
     let gw = kura_gateway::server::start_with_upstream(
         config,
         kura_gateway::upstream::Upstream::from_s3(Arc::new(store)),
@@ -166,8 +166,15 @@ async fn gateway_with(
     (c, arrived, gw, dir)
 }
 
-/// Every request that uses a power, each answered: its HTTP status (200 when it went
-/// through).
+/// The HTTP status of an SDK call: 200 when it went through.
+fn answer<T, E>(
+    r: Result<T, aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>>,
+) -> u16 {
+    r.err().map_or(200, |e| status(&e).unwrap_or(0))
+}
+
+/// Every request that uses a power over objects' contents and names, each with its HTTP
+/// status.
 async fn use_every_power(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
     let put = || {
         c.put_object()
@@ -175,142 +182,119 @@ async fn use_every_power(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
             .key("k")
             .body(ByteStream::from_static(b"x"))
     };
-    let mut answers = Vec::new();
-    let mut answer = |what, r: Result<(), u16>| answers.push((what, r.err().unwrap_or(200)));
-    answer(
-        "acl",
-        put()
-            .acl(ObjectCannedAcl::PublicRead)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "grant",
-        put()
-            .grant_read("uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"")
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "website-redirect",
-        put()
-            .website_redirect_location("/elsewhere")
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "tagging",
-        put()
-            .tagging("project=secret-name")
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "content-disposition",
-        put()
-            .content_disposition("attachment; filename=\"payroll-2026.xlsx\"")
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "multipart acl",
-        c.create_multipart_upload()
-            .bucket(BUCKET)
-            .key("m")
-            .acl(ObjectCannedAcl::PublicRead)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "copy acl",
-        c.copy_object()
-            .bucket(BUCKET)
-            .key("c")
-            .copy_source(format!("{BUCKET}/plain"))
-            .acl(ObjectCannedAcl::PublicRead)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "bypass governance",
-        c.delete_object()
-            .bucket(BUCKET)
-            .key("plain")
-            .bypass_governance_retention(true)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "bypass governance (batch)",
-        c.delete_objects()
-            .bucket(BUCKET)
-            .bypass_governance_retention(true)
-            .delete(
-                Delete::builder()
-                    .objects(ObjectIdentifier::builder().key("plain").build().unwrap())
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "retention",
-        c.put_object_retention()
-            .bucket(BUCKET)
-            .key("plain")
-            .retention(
-                ObjectLockRetention::builder()
-                    .mode(ObjectLockRetentionMode::Governance)
-                    .retain_until_date(aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000))
-                    .build(),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answer(
-        "legal hold",
-        c.put_object_legal_hold()
-            .bucket(BUCKET)
-            .key("plain")
-            .legal_hold(
-                ObjectLockLegalHold::builder()
-                    .status(ObjectLockLegalHoldStatus::On)
-                    .build(),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| status(&e).unwrap_or(0)),
-    );
-    answers
+    let all_users = "uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"";
+    let public = || ObjectCannedAcl::PublicRead;
+    vec![
+        ("acl", answer(put().acl(public()).send().await)),
+        ("grant", answer(put().grant_read(all_users).send().await)),
+        (
+            "website-redirect",
+            answer(put().website_redirect_location("/elsewhere").send().await),
+        ),
+        (
+            "tagging",
+            answer(put().tagging("project=name").send().await),
+        ),
+        (
+            "content-disposition",
+            answer(
+                put()
+                    .content_disposition("attachment; filename=\"payroll.xlsx\"")
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "multipart acl",
+            answer(
+                c.create_multipart_upload()
+                    .bucket(BUCKET)
+                    .key("m")
+                    .acl(public())
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "copy acl",
+            answer(
+                c.copy_object()
+                    .bucket(BUCKET)
+                    .key("c")
+                    .copy_source(format!("{BUCKET}/plain"))
+                    .acl(public())
+                    .send()
+                    .await,
+            ),
+        ),
+    ]
+}
+
+/// Every request that uses an Object Lock power, each with its HTTP status.
+async fn use_every_lock_power(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
+    let until = aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000);
+    let retention = ObjectLockRetention::builder()
+        .mode(ObjectLockRetentionMode::Governance)
+        .retain_until_date(until)
+        .build();
+    let hold = ObjectLockLegalHold::builder()
+        .status(ObjectLockLegalHoldStatus::On)
+        .build();
+    let plain = ObjectIdentifier::builder().key("plain").build().unwrap();
+    vec![
+        (
+            "bypass governance",
+            answer(
+                c.delete_object()
+                    .bucket(BUCKET)
+                    .key("plain")
+                    .bypass_governance_retention(true)
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "bypass governance (batch)",
+            answer(
+                c.delete_objects()
+                    .bucket(BUCKET)
+                    .bypass_governance_retention(true)
+                    .delete(Delete::builder().objects(plain).build().unwrap())
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "retention",
+            answer(
+                c.put_object_retention()
+                    .bucket(BUCKET)
+                    .key("plain")
+                    .retention(retention)
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "legal hold",
+            answer(
+                c.put_object_legal_hold()
+                    .bucket(BUCKET)
+                    .key("plain")
+                    .legal_hold(hold)
+                    .send()
+                    .await,
+            ),
+        ),
+    ]
 }
 
 /// Before: every one of these arrived upstream, signed with the gateway's identity.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_without_powers_is_refused_each_and_nothing_of_them_reaches_the_upstream() {
     let (c, arrived, _gw, _dir) = gateway_with(&[]).await;
-    let answers = use_every_power(&c).await;
+    let mut answers = use_every_power(&c).await;
+    answers.extend(use_every_lock_power(&c).await);
     let arrived = arrived.lock().unwrap().clone();
     assert!(arrived.is_empty(), "arrived upstream: {arrived:?}");
     let passed: Vec<_> = answers.iter().filter(|(_, s)| *s != 403).collect();
