@@ -36,11 +36,10 @@ pub struct Env {
 pub fn gateway_config(upstream: &Upstream, keyring: Arc<Keyring>) -> GatewayConfig {
     let mut limited = kura_testkit::gateway::credential(LIMITED_AK, LIMITED_SK);
     limited.buckets = BucketScope::Only(vec!["limited".into()]);
-    kura_testkit::gateway::loopback_config(
-        upstream,
-        keyring,
-        vec![kura_testkit::gateway::credential(AK, SK), limited],
-    )
+    // A redirect is kept by copies (`copy.rs`): the full client may set one.
+    let mut full = kura_testkit::gateway::credential(AK, SK);
+    full.powers = kura_gateway::powers::Powers::parse(&["website-redirect"]).unwrap();
+    kura_testkit::gateway::loopback_config(upstream, keyring, vec![full, limited])
 }
 
 pub fn client(addr: SocketAddr, ak: &str, sk: &str) -> Client {
