@@ -4,4 +4,5 @@ mod crash;
 mod faulty_repo;
 mod gateway;
 mod keys;
+mod repair;
 mod repo;
