@@ -11,8 +11,12 @@
 //! - [`walk`]: every file under a directory (what an upstream stored).
 //! - `upstream` and `gateway` (feature `s3`): a real S3 server (s3s-fs, or the embedded
 //!   default's store) over HTTP on loopback, and a loopback `GatewayConfig` in front of it.
+//! - `fault` (feature `s3`): that upstream killing a `kura` process right after a chosen
+//!   write, for crash tests.
 
 pub mod data;
+#[cfg(feature = "s3")]
+pub mod fault;
 #[cfg(feature = "s3")]
 pub mod gateway;
 pub mod metrics;

@@ -87,6 +87,26 @@ pub fn kura_bin() -> &'static Path {
         build
             .args(["build", "--quiet", "--package", "kura", "--bin", "kura"])
             .env("CARGO_TARGET_DIR", target_dir);
+        // Without what cargo set for this test's own package: build scripts that track
+        // them (ring's tracks CARGO_MANIFEST_DIR and CARGO_PKG_*) would otherwise see a
+        // change from the test build's values, and the two builds would rebuild each
+        // other's dependencies on every run.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p))
+                || name == "CARGO_PRIMARY_PACKAGE"
+                || name == "CARGO_TARGET_TMPDIR"
+            {
+                build.env_remove(&*name);
+            }
+        }
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => {}
             Some("release") => {
