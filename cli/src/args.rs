@@ -423,6 +423,13 @@ pub struct GatewayArgs {
     /// Worker threads [default: one per CPU core].
     #[arg(long, env = "KURA_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+    /// Client connections served at once; more are answered 503 SlowDown [default: 512].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Seconds a client connection may send or read nothing it owes (a request head, the
+    /// rest of a body, a response) before it is closed [default: 30].
+    #[arg(long)]
+    pub idle_timeout: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -185,11 +185,10 @@ api_bind_addr = "127.0.0.1:{admin}"
 
 class Moto(Upstream):
     """moto's S3 server (PyPI `moto[server]`, in the harness's virtualenv) on loopback: an
-    S3 emulator written for tests, used only because neither s3s-fs nor Garage keeps object
-    versions. It names the XML root of some answers differently from S3
-    (`ListPartsResponse`, `GetBucketVersioningResponse`), which aws-sdk-s3 rejects, so
-    multipart uploads and GetBucketVersioning through the gateway fail on it; it is not
-    offered as `--upstream`."""
+    S3 emulator written for tests, the closest stand-in for AWS S3 here, and the only
+    upstream here that keeps object versions (`--upstream moto`; the versioned scenario
+    starts its own). Older moto versions named the XML root of some answers differently
+    from S3, which aws-sdk-s3 rejected; 5.x answers as S3 does."""
 
     name = "moto"
 
@@ -234,4 +233,4 @@ class External(Upstream):
         pass
 
 
-UPSTREAMS = {"s3s-fs": S3sFs, "garage": Garage, "external": External}
+UPSTREAMS = {"s3s-fs": S3sFs, "garage": Garage, "moto": Moto, "external": External}

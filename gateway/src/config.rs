@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kura_keys::secret::Secret;
 use kura_keys::{Cipher, Keyring};
 use serde::Deserialize;
 
@@ -17,7 +18,7 @@ use crate::error::SecretError;
 #[serde(deny_unknown_fields)]
 pub struct SecretSource {
     /// The secret itself (discouraged: config files get copied around).
-    pub secret_access_key: Option<String>,
+    pub secret_access_key: Option<Secret>,
     /// A file holding the secret (trailing newline ignored), e.g. a mounted Kubernetes secret.
     pub secret_access_key_file: Option<PathBuf>,
     /// An environment variable holding the secret.
@@ -51,7 +52,7 @@ impl SecretSource {
     /// # Errors
     /// [`SecretError`] when none or several are given, the file or variable is missing, or
     /// the secret is empty.
-    pub fn resolve(&self, what: &str) -> Result<String, SecretError> {
+    pub fn resolve(&self, what: &str) -> Result<Secret, SecretError> {
         let what = || what.to_string();
         let secret = match (
             &self.secret_access_key,
@@ -60,16 +61,20 @@ impl SecretSource {
         ) {
             (Some(s), None, None) => Ok(s.clone()),
             (None, Some(path), None) => std::fs::read_to_string(path)
-                .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                .map(|s| Secret::from(zeroize::Zeroizing::new(s).trim_end_matches(['\n', '\r'])))
                 .map_err(|error| SecretError::Read {
                     what: what(),
                     path: path.clone(),
                     error,
                 }),
-            (None, None, Some(var)) => std::env::var(var).map_err(|_| SecretError::Unset {
-                what: what(),
-                var: var.clone(),
-            }),
+            (None, None, Some(var)) => {
+                std::env::var(var)
+                    .map(Secret::new)
+                    .map_err(|_| SecretError::Unset {
+                        what: what(),
+                        var: var.clone(),
+                    })
+            }
             (None, None, None) => Err(SecretError::Missing { what: what() }),
             _ => Err(SecretError::Several { what: what() }),
         }?;
@@ -155,6 +160,11 @@ pub struct FileConfig {
     pub log_format: Option<String>,
     /// Worker threads (default: one per CPU core).
     pub worker_threads: Option<usize>,
+    /// Client connections served at once (default 512); more are answered 503 SlowDown.
+    pub max_connections: Option<usize>,
+    /// Seconds a client connection may send or read nothing it owes before it is closed
+    /// (default 30).
+    pub idle_timeout: Option<u64>,
 }
 
 /// Which buckets a client key may use.
@@ -219,7 +229,7 @@ pub enum UpstreamConfig {
         /// Extra CA bundle (PEM).
         ca_bundle: Option<PathBuf>,
         /// Static credentials; `None` for the AWS default chain.
-        credentials: Option<(String, String)>,
+        credentials: Option<(String, Secret)>,
         /// Time limit of one attempt of an upstream call that answers in about a round
         /// trip (all but uploads and server-side copies); a timed-out attempt is retried.
         timeout: Duration,
@@ -262,6 +272,36 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// How many client connections the gateway serves at once by default: a sidecar serves
+/// one program (Velero, Kopia), which opens a few dozen; beyond the cap a connection is
+/// answered 503 SlowDown.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// How long a client connection may send nothing it owes (a request head, the next bytes
+/// of a body) or read nothing it is sent, by default, before it is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What bounds the gateway's resources under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Client connections served at once on the S3 listener; more are answered 503
+    /// SlowDown with `Retry-After`, and as many again beyond that are closed unanswered.
+    pub max_connections: usize,
+    /// How long a connection may wait for its client: for a request head (or the next one
+    /// on a keep-alive connection), for the next bytes of a request body, or for room to
+    /// write a response the client stopped reading.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
 /// Everything the gateway needs, checked.
 #[derive(Clone)]
 pub struct GatewayConfig {
@@ -281,6 +321,8 @@ pub struct GatewayConfig {
     pub tls: Option<TlsFiles>,
     /// Virtual-host base domain.
     pub virtual_host_domain: Option<String>,
+    /// Connection cap and idle timeouts.
+    pub limits: Limits,
 }
 
 #[cfg(test)]
@@ -294,7 +336,7 @@ mod tests {
             region: "us-east-1".into(),
             path_style: false,
             ca_bundle: None,
-            credentials: Some(("AKIDEXAMPLE".into(), "wJalrXUtnFEMIK7MDENG".into())),
+            credentials: Some(("AKIDEXAMPLE".into(), Secret::from("wJalrXUtnFEMIK7MDENG"))),
             timeout: DEFAULT_UPSTREAM_TIMEOUT,
         };
         let shown = format!("{config:?}");
@@ -305,13 +347,14 @@ mod tests {
     #[test]
     fn an_empty_secret_is_refused() {
         let source = SecretSource {
-            secret_access_key: Some(String::new()),
+            secret_access_key: Some(Secret::from("")),
             ..SecretSource::default()
         };
         assert!(
             source
                 .resolve("test")
-                .unwrap_err()
+                .err()
+                .unwrap()
                 .to_string()
                 .contains("empty")
         );

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::{
-    CopyObjectInput, CopySource, CreateMultipartUploadInput, DeleteObjectInput, DeleteObjectsInput,
-    PutObjectInput, PutObjectLegalHoldInput, PutObjectRetentionInput, UploadPartCopyInput,
+    CopyObjectInput, CopySource, CreateMultipartUploadInput, DeleteObjectInput,
+    DeleteObjectTaggingInput, DeleteObjectsInput, PutBucketVersioningInput, PutObjectInput,
+    PutObjectLegalHoldInput, PutObjectRetentionInput, PutObjectTaggingInput, UploadPartCopyInput,
     UploadPartInput,
 };
 use s3s::{S3Request, S3Result, s3_error};
@@ -231,6 +232,24 @@ impl S3Access for Credentials {
         req: &mut S3Request<PutObjectLegalHoldInput>,
     ) -> S3Result<()> {
         self.powers(req).require(Power::LegalHold, true)
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: &mut S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<()> {
+        self.powers(req).require(Power::BucketVersioning, true)
+    }
+
+    async fn put_object_tagging(&self, req: &mut S3Request<PutObjectTaggingInput>) -> S3Result<()> {
+        self.powers(req).require(Power::TagsInClear, true)
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: &mut S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<()> {
+        self.powers(req).require(Power::TagsInClear, true)
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {

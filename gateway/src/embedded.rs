@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kura_keys::keyfile::{Existing, write_private};
+use kura_keys::secret::Secret;
 use kura_keys::{Cipher, Keyring};
+use zeroize::Zeroizing;
 
 use crate::config::{BucketScope, ClientCredential, GatewayConfig, UpstreamConfig};
 use crate::server::{Running, ServerError};
@@ -89,10 +91,18 @@ pub struct StoredCredential {
     pub generated: bool,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct CredentialsToml {
+/// The credentials file as written.
+#[derive(serde::Serialize)]
+struct CredentialsOut<'a> {
+    access_key_id: &'a str,
+    secret_access_key: &'a str,
+}
+
+/// The credentials file as read.
+#[derive(serde::Deserialize)]
+struct CredentialsIn {
     access_key_id: String,
-    secret_access_key: String,
+    secret_access_key: Secret,
 }
 
 impl EmbeddedDir {
@@ -177,14 +187,17 @@ impl EmbeddedDir {
         let path = self.credentials_file();
         let generated = !path.exists();
         if generated {
-            let stored = CredentialsToml {
-                access_key_id: format!("kura{}", random_token(8)?),
-                secret_access_key: random_token(20)?,
+            let secret = Secret::new(random_token(20)?);
+            let stored = CredentialsOut {
+                access_key_id: &format!("kura{}", random_token(8)?),
+                secret_access_key: secret.expose(),
             };
-            let text = toml::to_string(&stored).map_err(|e| EmbeddedError::BadCredentials {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+            let text = Zeroizing::new(toml::to_string(&stored).map_err(|e| {
+                EmbeddedError::BadCredentials {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?);
             write_private(&path, text.as_bytes(), Existing::Refuse).map_err(|error| {
                 EmbeddedError::Keys {
                     what: "writing",
@@ -193,20 +206,23 @@ impl EmbeddedDir {
                 }
             })?;
         }
-        let text = std::fs::read_to_string(&path).map_err(|error| EmbeddedError::Io {
-            what: "reading",
-            path: path.clone(),
-            error,
-        })?;
-        let stored: CredentialsToml =
+        let text =
+            Zeroizing::new(
+                std::fs::read_to_string(&path).map_err(|error| EmbeddedError::Io {
+                    what: "reading",
+                    path: path.clone(),
+                    error,
+                })?,
+            );
+        let stored: CredentialsIn =
             toml::from_str(&text).map_err(|e| EmbeddedError::BadCredentials {
                 path: path.clone(),
-                reason: e.to_string(),
+                reason: kura_keys::keyfile::describe_toml_error(&e, &text),
             })?;
         Ok(StoredCredential {
             credential: ClientCredential {
                 access_key: stored.access_key_id,
-                secret: stored.secret_access_key.into(),
+                secret: stored.secret_access_key.expose().to_owned().into(),
                 buckets: BucketScope::All,
                 powers: crate::powers::Powers::default(),
             },
@@ -234,7 +250,7 @@ pub struct InProcess {
     /// The one-off access key.
     pub access_key: String,
     /// The one-off secret.
-    pub secret_key: String,
+    pub secret_key: Secret,
     /// The running gateway.
     pub running: Running,
 }
@@ -249,7 +265,7 @@ pub async fn start_in_process(
     keyring: Keyring,
 ) -> Result<InProcess, EmbeddedError> {
     let access_key = format!("kura-cli-{}", random_token(6)?);
-    let secret_key = random_token(20)?;
+    let secret_key = Secret::new(random_token(20)?);
     let config = GatewayConfig {
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         admin_listen: None,
@@ -258,12 +274,13 @@ pub async fn start_in_process(
         cipher: Cipher::Aes256Gcm,
         credentials: vec![ClientCredential {
             access_key: access_key.clone(),
-            secret: secret_key.clone().into(),
+            secret: secret_key.expose().to_owned().into(),
             buckets: BucketScope::All,
             powers: crate::powers::Powers::default(),
         }],
         tls: None,
         virtual_host_domain: None,
+        limits: crate::config::Limits::default(),
     };
     let running = crate::server::start(config)
         .await
@@ -274,4 +291,24 @@ pub async fn start_in_process(
         secret_key,
         running,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credentials_file_that_does_not_parse_is_described_without_quoting_its_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = EmbeddedDir::new(dir.path());
+        let secret = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(
+            embedded.credentials_file(),
+            format!("access_key_id = \"kura1\"\nsecret_access_key = \"{secret}\n"),
+        )
+        .unwrap();
+        let err = embedded.client_credential().err().unwrap().to_string();
+        assert!(!err.contains(secret), "{err}");
+        assert!(err.contains("line 2"), "says where: {err}");
+    }
 }

@@ -1,5 +1,6 @@
-//! The gateway's state: the upstream, the keys, and a cache of verified object headers
-//! (what it holds, [`Located`]; `object.rs` fills it).
+//! The gateway's state: the upstream, the keys, a cache of verified object headers (what
+//! it holds, [`Located`]; `object.rs` fills it), and one of listed objects found not to be
+//! kura's (`s3/list.rs` fills it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,11 @@ impl Located {
 /// Cache key of a located object: bucket, key, version.
 pub(crate) type ObjectKey = (String, String, Option<String>);
 
+/// Cache key of a stored object's bytes: bucket, key, version, and their identity (the
+/// upstream ETag, or size and modification time where a store lists no ETag), which
+/// changes when the bytes do, so that an entry does not outlive what it describes.
+pub(crate) type StoredKey = (String, String, Option<String>, String);
+
 /// The encrypting S3 front: implements s3s's `S3` by calling the upstream's.
 #[derive(Clone)]
 pub struct Gateway {
@@ -42,6 +48,10 @@ pub struct Gateway {
     /// Verified headers and layouts by object, checked against the upstream ETag on use;
     /// saves the header read on repeated range GETs (aws-cli, Kopia, restic).
     pub(crate) located: moka::future::Cache<ObjectKey, Arc<Located>>,
+    /// Listed objects whose header and trailer were read and are not kura's: listings
+    /// report their stored size without reading them again, so that objects planted in
+    /// the bucket cost their reads once, not on every page that lists them.
+    pub(crate) unreadable: moka::future::Cache<StoredKey, ()>,
 }
 
 impl Gateway {
@@ -66,6 +76,10 @@ impl Gateway {
             .max_capacity(100_000)
             .time_to_idle(Duration::from_mins(10))
             .build();
+        let unreadable = moka::future::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_idle(Duration::from_mins(10))
+            .build();
         Self {
             upstream,
             keyring,
@@ -73,6 +87,7 @@ impl Gateway {
             credentials,
             metrics,
             located,
+            unreadable,
         }
     }
 }

@@ -36,6 +36,8 @@ pub mod config;
 pub mod credentials;
 pub mod embedded;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod powers;
 pub mod server;

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use kura_keys::format::HEADER_SIZE;
 use kura_keys::{Cipher, Header, ObjectName, ObjectSecrets, VerifiedHeader};
 use s3s::dto::Metadata;
-use s3s::{S3Result, s3_error};
+use s3s::{S3Error, S3Result, s3_error};
 
 use crate::error::keys_error;
 use crate::gateway::Gateway;
@@ -34,7 +34,7 @@ pub(crate) fn seal_metadata(
         .collect();
     if !pairs.is_empty() {
         let sealed = secrets
-            .seal_metadata(cipher, &pairs)
+            .seal_metadata(cipher, header, &pairs)
             .map_err(|e| s3_error!(InvalidArgument, "metadata: {e}"))?;
         out.insert(META_SEALED.into(), sealed);
     }
@@ -46,80 +46,96 @@ fn is_reserved(name: &str) -> bool {
     name.eq_ignore_ascii_case(META_SEALED) || name.eq_ignore_ascii_case(META_KEY)
 }
 
-/// Verifies the header copy in an object's metadata.
+/// The header copy in an object's metadata, verified for its name, with its bytes (the
+/// sealed metadata is bound to them).
+pub(crate) struct MetadataHeader {
+    pub(crate) verified: VerifiedHeader,
+    pub(crate) bytes: [u8; HEADER_SIZE],
+}
+
+/// Verifies the header copy in an object's metadata, if there is one.
 pub(crate) fn metadata_header(
     gw: &Gateway,
     bucket: &str,
     key: &str,
     meta: Option<&Metadata>,
-) -> S3Result<Option<VerifiedHeader>> {
+) -> S3Result<Option<MetadataHeader>> {
     let Some(b64) = meta.and_then(|m| m.get(META_KEY)) else {
         return Ok(None);
     };
-    let bytes = B64
+    let damaged = || s3_error!(InternalError, "stored object metadata is damaged");
+    let bytes: [u8; HEADER_SIZE] = B64
         .decode(b64)
-        .map_err(|_| s3_error!(InternalError, "stored object metadata is damaged"))?;
+        .map_err(|_| damaged())?
+        .try_into()
+        .map_err(|_| damaged())?;
     let name = ObjectName::new(bucket, key).map_err(keys_error)?;
-    Header::parse(&bytes)
+    let verified = Header::parse(&bytes)
         .and_then(|h| h.verify(&gw.keyring, &name))
-        .map(Some)
-        .map_err(keys_error)
+        .map_err(keys_error)?;
+    Ok(Some(MetadataHeader { verified, bytes }))
 }
 
-/// The user metadata of an object, opened; the gateway's own entries removed.
-pub(crate) fn open_metadata(
+/// The error for an object whose body is kura's but whose metadata is not what kura
+/// stored with it: the header copy is missing, or wraps another data key.
+fn metadata_replaced() -> S3Error {
+    keys_error(kura_keys::Error::TamperedHeader)
+}
+
+/// The user metadata of an object whose body header has not been read (HEAD). With a
+/// header copy, it is opened as [`open_metadata_of`] does. Without one, the object is
+/// either another writer's, whose metadata is shown as stored, or kura's with its
+/// metadata removed by someone who can write the bucket, which is an error: the body's
+/// header is read to tell which (once, then the gateway's cache).
+pub(crate) async fn open_metadata(
     gw: &Gateway,
-    bucket: &str,
-    key: &str,
+    (bucket, key, version): (&str, &str, Option<&str>),
+    etag: Option<&str>,
     meta: Option<Metadata>,
 ) -> S3Result<Option<Metadata>> {
-    let sealed = meta.as_ref().is_some_and(|m| m.contains_key(META_SEALED));
-    let verified = if sealed {
-        metadata_header(gw, bucket, key, meta.as_ref())?
-    } else {
-        None
-    };
-    open_metadata_with(verified.as_ref(), meta)
+    if let Some(header) = metadata_header(gw, bucket, key, meta.as_ref())? {
+        return open_sealed(&header, meta.as_ref());
+    }
+    // Another writer's object is read once per ETag, as listings do (`s3/list.rs`).
+    match crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag).await? {
+        Some(_) => Err(metadata_replaced()),
+        None => Ok(plain(meta)),
+    }
 }
 
-/// [`open_metadata`] for a read whose body belongs to the object with `commitment`: the
-/// metadata's header copy must wrap the same data key (SPEC 7), or it was swapped in from
-/// another object (or another version of this one).
+/// The user metadata of an object whose body header verified and has `commitment`: the
+/// metadata's header copy must be there and wrap the same data key (SPEC 7), or the
+/// metadata was removed, or swapped in from another object or another version of this
+/// one. Values stored in the clear beside a kura body are never shown.
 pub(crate) fn open_metadata_of(
     gw: &Gateway,
     (bucket, key): (&str, &str),
-    meta: Option<Metadata>,
+    meta: Option<&Metadata>,
     commitment: &[u8; kura_keys::format::KEY_SIZE],
 ) -> S3Result<Option<Metadata>> {
-    let meta_header = metadata_header(gw, bucket, key, meta.as_ref())?;
-    if meta_header
-        .as_ref()
-        .is_some_and(|m| m.secrets().commitment() != *commitment)
-    {
-        return Err(s3_error!(
-            InternalError,
-            "the stored object's metadata belongs to another object"
-        ));
+    let header = metadata_header(gw, bucket, key, meta)?.ok_or_else(metadata_replaced)?;
+    if header.verified.secrets().commitment() != *commitment {
+        return Err(metadata_replaced());
     }
-    open_metadata_with(meta_header.as_ref(), meta)
+    open_sealed(&header, meta)
 }
 
-/// [`open_metadata`] with the metadata's header copy already verified (by
-/// [`metadata_header`]), so that a caller that checked it need not verify it again.
-pub(crate) fn open_metadata_with(
-    verified: Option<&VerifiedHeader>,
-    meta: Option<Metadata>,
-) -> S3Result<Option<Metadata>> {
-    let Some(meta) = meta else { return Ok(None) };
-    let Some(sealed) = meta.get(META_SEALED) else {
-        let rest: Metadata = meta.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        return Ok((!rest.is_empty()).then_some(rest));
+/// The sealed user metadata in `meta`, opened with its verified header copy; the gateway's
+/// own entries, and anything stored in the clear beside them, are not shown.
+fn open_sealed(header: &MetadataHeader, meta: Option<&Metadata>) -> S3Result<Option<Metadata>> {
+    let Some(sealed) = meta.and_then(|m| m.get(META_SEALED)) else {
+        return Ok(None);
     };
-    let verified = verified
-        .ok_or_else(|| s3_error!(InternalError, "sealed metadata without its key header"))?;
+    let verified = &header.verified;
     let pairs = verified
         .secrets()
-        .open_metadata(verified.header().cipher(), sealed)
+        .open_metadata(verified.header().cipher(), &header.bytes, sealed)
         .map_err(keys_error)?;
     Ok(Some(pairs.into_iter().collect()))
+}
+
+/// Another writer's metadata, as stored (without the gateway's own names).
+fn plain(meta: Option<Metadata>) -> Option<Metadata> {
+    let rest: Metadata = meta?.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
+    (!rest.is_empty()).then_some(rest)
 }

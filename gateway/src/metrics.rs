@@ -31,6 +31,9 @@ struct Inner {
     upstream_retries: Option<RetryTally>,
     bytes_in: u64,
     bytes_out: u64,
+    connections_open: u64,
+    connections_refused: u64,
+    connections_timed_out: u64,
 }
 
 /// Retries by operation name, shared by the upstream's interceptor and the metrics.
@@ -131,6 +134,27 @@ impl Metrics {
         self.with(|m| m.upstream_retries = Some(tally));
     }
 
+    /// A client connection was accepted (`true`) or ended (`false`).
+    pub(crate) fn connection(&self, opened: bool) {
+        self.with(|m| {
+            if opened {
+                m.connections_open += 1;
+            } else {
+                m.connections_open = m.connections_open.saturating_sub(1);
+            }
+        });
+    }
+
+    /// A connection beyond the cap was answered 503 SlowDown (or, far beyond it, closed).
+    pub(crate) fn connection_refused(&self) {
+        self.with(|m| m.connections_refused += 1);
+    }
+
+    /// A connection was closed because its client sent or read nothing for the idle timeout.
+    pub(crate) fn connection_timed_out(&self) {
+        self.with(|m| m.connections_timed_out += 1);
+    }
+
     /// Plaintext bytes received from clients.
     pub fn bytes_in(&self, n: u64) {
         self.with(|m| m.bytes_in += n);
@@ -146,6 +170,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let Ok(m) = self.0.lock() else { return out };
+        render_connections(&mut out, &m);
         let _ = writeln!(
             out,
             "# HELP kura_requests_total HTTP requests by S3 operation and status.\n# TYPE kura_requests_total counter"
@@ -244,4 +269,23 @@ impl Metrics {
         );
         out
     }
+}
+
+/// The connection gauge and counters.
+fn render_connections(out: &mut String, m: &Inner) {
+    let _ = writeln!(
+        out,
+        "# HELP kura_connections_open Client connections open now.\n# TYPE kura_connections_open gauge\nkura_connections_open {}",
+        m.connections_open
+    );
+    let _ = writeln!(
+        out,
+        "# HELP kura_connections_refused_total Connections beyond the cap, answered SlowDown or closed.\n# TYPE kura_connections_refused_total counter\nkura_connections_refused_total {}",
+        m.connections_refused
+    );
+    let _ = writeln!(
+        out,
+        "# HELP kura_connections_timed_out_total Connections closed for sending or reading nothing for the idle timeout.\n# TYPE kura_connections_timed_out_total counter\nkura_connections_timed_out_total {}",
+        m.connections_timed_out
+    );
 }

@@ -155,6 +155,43 @@ impl From<LocateError> for S3Error {
     }
 }
 
+/// [`try_locate`] for a caller that needs only to tell a kura object from another writer's
+/// (listings, a HEAD without a header copy): `Ok(None)` for bytes that are not kura's, which
+/// are remembered by `identity` (the stored bytes' ETag, or what else tells them apart) and
+/// not read again while it holds; the upstream's error when the read itself failed.
+pub(crate) async fn locate_unless_foreign(
+    gw: &Gateway,
+    (bucket, key, version_id): (&str, &str, Option<&str>),
+    etag: Option<&str>,
+    identity: Option<&str>,
+) -> S3Result<Option<Arc<Located>>> {
+    let known = identity.map(|identity| {
+        let version = version_id.map(str::to_string);
+        (
+            bucket.to_string(),
+            key.to_string(),
+            version,
+            identity.to_string(),
+        )
+    });
+    if let Some(k) = &known
+        && gw.unreadable.contains_key(k)
+    {
+        return Ok(None);
+    }
+    match try_locate(gw, bucket, key, version_id, etag).await {
+        Ok(located) => Ok(Some(located)),
+        Err(LocateError::Unreadable(e)) => {
+            tracing::warn!(bucket, key, error = %e, "the object is not a readable kura object; its stored size and metadata are shown");
+            if let Some(k) = known {
+                gw.unreadable.insert(k, ()).await;
+            }
+            Ok(None)
+        }
+        Err(LocateError::Upstream(e)) => Err(e),
+    }
+}
+
 /// [`locate_current`], telling a failed upstream read from bytes that are not kura's.
 pub(crate) async fn try_locate(
     gw: &Gateway,

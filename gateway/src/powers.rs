@@ -44,10 +44,13 @@ pub enum Power {
     TagsInClear,
     /// `Content-Disposition` (which often carries a file name), stored in the clear.
     ContentDispositionInClear,
+    /// PutBucketVersioning: suspending versioning lets later writes replace what a version
+    /// would have kept.
+    BucketVersioning,
 }
 
 /// Every power with its name in the config.
-const NAMES: [(Power, &str); 7] = [
+const NAMES: [(Power, &str); 8] = [
     (Power::BypassGovernance, "bypass-governance-retention"),
     (Power::Retention, "object-retention"),
     (Power::LegalHold, "legal-hold"),
@@ -58,6 +61,7 @@ const NAMES: [(Power, &str); 7] = [
         Power::ContentDispositionInClear,
         "content-disposition-in-clear",
     ),
+    (Power::BucketVersioning, "bucket-versioning"),
 ];
 
 impl Power {

@@ -3,9 +3,11 @@
 //!
 //! The client gets `UPSTREAM_ID.TOKEN`. `TOKEN` is base64url of an object header (SPEC
 //! 5.1) that wraps the object's data key and salt under the active KEK, bound to the bucket
-//! and to the name `key NUL "kura-upload" NUL UPSTREAM_ID`, so it opens only for this
-//! upload of this object and cannot be forged or moved. base64url has no `.`, so the last
-//! `.` splits the two even when the upstream's ID contains dots.
+//! and to the name `"kura-upload" NUL LEN NUL KEY UPSTREAM_ID` (LEN: the key's length in
+//! bytes, in decimal), so it opens only for this upload of this object and cannot be forged
+//! or moved. base64url has no `.`, so the last `.` splits the two even when the upstream's
+//! ID contains dots. (Tokens of earlier gateways named `KEY NUL "kura-upload" NUL ID`:
+//! uploads they started cannot be continued after an upgrade; abort and start again.)
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -13,8 +15,10 @@ use kura_keys::format::HEADER_SIZE;
 use kura_keys::{Cipher, Header, Keyring, ObjectName, ObjectSecrets};
 use s3s::{S3Result, s3_error};
 
+/// The name the token is bound to. The key's length comes first: keys may hold NUL, so
+/// separators alone would let two (key, upstream ID) pairs share a name.
 fn upload_name(key: &str, upstream_id: &str) -> String {
-    format!("{key}\0kura-upload\0{upstream_id}")
+    format!("kura-upload\0{}\0{key}{upstream_id}", key.len())
 }
 
 /// The client's upload ID for a new upload.
@@ -91,5 +95,22 @@ mod tests {
         let long = format!("abc.{}", "x".repeat(150));
         assert_eq!(upstream_id(&long), long);
         assert_eq!(upstream_id("plain"), "plain");
+    }
+
+    #[test]
+    fn no_two_pairs_of_key_and_upstream_id_share_a_token_name() {
+        // Keys may hold NUL; a separator alone would let ("a\0kura-upload\0b", "c") and
+        // ("a", "b\0kura-upload\0c") name the same token.
+        let pairs = [
+            ("a\0kura-upload\0b", "c"),
+            ("a", "b\0kura-upload\0c"),
+            ("a", "bc"),
+            ("ab", "c"),
+            ("", "abc"),
+            ("abc", ""),
+        ];
+        let names: std::collections::HashSet<_> =
+            pairs.iter().map(|(k, u)| upload_name(k, u)).collect();
+        assert_eq!(names.len(), pairs.len());
     }
 }

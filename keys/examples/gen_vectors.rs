@@ -84,7 +84,22 @@ fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) 
     body
 }
 
+/// What a metadata vector stores beside its body (SPEC 7), and what a reader makes of it.
+struct Meta {
+    /// `x-amz-meta-kura-key`, if stored.
+    key: Option<String>,
+    /// `x-amz-meta-kura-meta`, if stored.
+    sealed: Option<String>,
+    /// Entries stored in the clear.
+    plain: Vec<(String, String)>,
+    /// `ok`, or the class of the error a reader must give.
+    expect: &'static str,
+    /// The pairs a reader shows, for `ok`.
+    shown: Vec<(String, String)>,
+}
+
 struct Vector {
+    meta: Option<Meta>,
     file: &'static str,
     expect: &'static str,
     comment: String,
@@ -108,6 +123,7 @@ fn ok(
     let body = seal(cipher, &parts, trailer, file.len() as u8);
     let plain: Vec<u8> = parts.into_iter().flat_map(|(_, d)| d).collect();
     Vector {
+        meta: None,
         file,
         expect: "ok",
         comment: comment.into(),
@@ -123,6 +139,7 @@ fn ok(
 
 fn bad(file: &'static str, expect: &'static str, comment: &str, body: Vec<u8>) -> Vector {
     Vector {
+        meta: None,
         file,
         expect,
         comment: comment.into(),
@@ -154,6 +171,27 @@ fn write(dir: &Path, v: &Vector) {
         if let Some((a, b)) = v.range {
             writeln!(text, "range: {a}-{b}").unwrap();
             writeln!(text, "range-sha256: {}", hex_sha(&p[a..=b])).unwrap();
+        }
+    }
+    if let Some(m) = &v.meta {
+        let pairs = |p: &[(String, String)]| {
+            p.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(text, "metadata-expect: {}", m.expect).unwrap();
+        if let Some(k) = &m.key {
+            writeln!(text, "metadata-key: {k}").unwrap();
+        }
+        if let Some(sealed) = &m.sealed {
+            writeln!(text, "metadata-sealed: {sealed}").unwrap();
+        }
+        if !m.plain.is_empty() {
+            writeln!(text, "metadata-plain: {}", pairs(&m.plain)).unwrap();
+        }
+        if m.expect == "ok" {
+            writeln!(text, "metadata: {}", pairs(&m.shown)).unwrap();
         }
     }
     text.push('\n');
@@ -466,10 +504,95 @@ fn main() {
     );
     wrong.kek = [0x22; 32];
     vectors.extend([moved, unknown, wrong]);
+    vectors.extend(metadata_vectors());
     for v in &vectors {
         write(dir, v);
     }
     println!("wrote {} vectors", vectors.len());
+}
+
+/// SPEC 7: an object with sealed metadata, and the ways someone who can write the bucket
+/// would change it. Each body is the same valid object; only what is stored beside it
+/// differs.
+fn metadata_vectors() -> Vec<Vector> {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let kr = keyring(KEK, KEY_ID);
+    let aes = Cipher::Aes256Gcm;
+    let pairs = |v: &str| vec![("owner".to_string(), v.to_string())];
+    let seed = 41;
+    let name = ObjectName::new(BUCKET, KEY).unwrap();
+    let s = secrets(seed);
+    // The header copy of the object, and of a copy of it under another name (same DK).
+    let h = s.header_for_vectors(&kr, &name, aes, 0, [42; 12]);
+    let copy_name = ObjectName::new(BUCKET, "dir/copy.bin").unwrap();
+    let h_copy = s.header_for_vectors(&kr, &copy_name, aes, 0, [43; 12]);
+    // Another object once stored under this name (another DK).
+    let other = secrets(44);
+    let h_other = other.header_for_vectors(&kr, &name, aes, 0, [45; 12]);
+    let sealed = |s: &ObjectSecrets, h: &[u8; HEADER_SIZE], v: &str, n: u8| {
+        s.seal_metadata_for_vectors(aes, h, &pairs(v), [n; 12])
+            .unwrap()
+    };
+    let vector = |file, comment: &str, meta: Meta| {
+        let mut v = ok(
+            file,
+            comment,
+            aes,
+            vec![(1, plaintext(100, seed))],
+            false,
+            None,
+        );
+        v.body = seal(aes, &[(1, plaintext(100, seed))], false, seed);
+        v.meta = Some(meta);
+        v
+    };
+    vec![
+        vector(
+            "meta-sealed",
+            "user metadata sealed beside the object, bound to its header copy",
+            Meta {
+                key: Some(b64(&h)),
+                sealed: Some(sealed(&s, &h, "alice", 46)),
+                plain: Vec::new(),
+                expect: "ok",
+                shown: pairs("alice"),
+            },
+        ),
+        vector(
+            "fail-meta-from-a-copy",
+            "the sealed metadata of a copy (same DK, another header copy) beside the source's header copy",
+            Meta {
+                key: Some(b64(&h)),
+                sealed: Some(sealed(&s, &h_copy, "mallory", 47)),
+                plain: Vec::new(),
+                expect: "tampered-header",
+                shown: Vec::new(),
+            },
+        ),
+        vector(
+            "fail-meta-stripped",
+            "kura's entries removed and a value added in the clear",
+            Meta {
+                key: None,
+                sealed: None,
+                plain: pairs("attacker"),
+                expect: "tampered-header",
+                shown: Vec::new(),
+            },
+        ),
+        vector(
+            "fail-meta-of-another-object",
+            "header copy and metadata of another object once stored under this name",
+            Meta {
+                key: Some(b64(&h_other)),
+                sealed: Some(sealed(&other, &h_other, "mallory", 48)),
+                plain: Vec::new(),
+                expect: "tampered-header",
+                shown: Vec::new(),
+            },
+        ),
+    ]
 }
 
 fn trailer_len_of(body: &[u8]) -> usize {

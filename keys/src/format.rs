@@ -53,7 +53,8 @@ pub mod label {
     pub const PART: &[u8] = b"kura/v1/part";
     /// Trailer key expansion.
     pub const TRAILER: &[u8] = b"kura/v1/trailer";
-    /// Metadata key expansion, also the sealed metadata's associated data.
+    /// Metadata key expansion, also the start of the sealed metadata's associated data
+    /// (the header copy follows).
     pub const METADATA: &[u8] = b"kura/v1/metadata";
     /// Associated data of a passphrase-sealed key file.
     pub const KEYFILE: &[u8] = b"kura/v1/keyfile";

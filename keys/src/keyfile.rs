@@ -62,13 +62,33 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::KeyFile(msg.into())
 }
 
+/// A TOML parse error of `text` as one line: what is wrong and where, without the source
+/// line that toml's own message quotes, since that line may hold a secret (a key, or a
+/// misspelt `secret_access_key`). For every TOML file that can hold secrets: key files,
+/// the gateway's config and credentials, the repository config.
+#[must_use]
+pub fn describe_toml_error(error: &toml::de::Error, text: &str) -> String {
+    let message = error.message().trim_end();
+    let Some(span) = error.span() else {
+        return message.to_string();
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("{message} (line {line}, column {column})")
+}
+
+/// Parses a key file's TOML, described as [`describe_toml_error`] does when it does not.
+fn parse_file(text: &str) -> Result<FileToml> {
+    toml::from_str(text).map_err(|e| bad(describe_toml_error(&e, text)))
+}
+
 /// Whether this key file text is sealed under a passphrase.
 ///
 /// # Errors
 /// [`Error::KeyFile`] if the text is not a key file.
 pub fn is_sealed(text: &str) -> Result<bool> {
-    let file: FileToml = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
-    Ok(file.sealed.is_some())
+    Ok(parse_file(text)?.sealed.is_some())
 }
 
 impl Keyring {
@@ -78,7 +98,7 @@ impl Keyring {
     /// [`Error::KeyFile`] for a malformed file or a sealed file without a passphrase,
     /// [`Error::WrongPassphrase`] when the passphrase does not open it.
     pub fn from_toml(text: &str, passphrase: Option<&Passphrase>) -> Result<Self> {
-        let file: FileToml = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let file = parse_file(text)?;
         if file.version != 1 {
             return Err(bad(format!(
                 "unsupported key file version {}",
@@ -304,4 +324,19 @@ pub fn timestamp_now() -> String {
         .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_that_does_not_parse_is_described_without_quoting_its_lines() {
+        let secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I";
+        let text =
+            format!("version = 1\nactive = \"k1\"\n[[keys]]\nid = \"k1\"\nsecret = \"{secret}\n");
+        let err = Keyring::from_toml(&text, None).err().unwrap().to_string();
+        assert!(!err.contains(secret), "{err}");
+        assert!(err.contains("line 5"), "says where: {err}");
+    }
 }

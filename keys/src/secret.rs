@@ -77,3 +77,47 @@ impl Passphrase {
         self.0.as_bytes()
     }
 }
+
+/// A credential secret (an S3 secret access key) read from a config file, a file or the
+/// environment. Unlike the format's keys it may be cloned (configs are), but it still has
+/// no `Debug` or `Display`: a struct that holds one writes its own `Debug` without it.
+#[derive(Clone, Zeroize, ZeroizeOnDrop)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    #[must_use]
+    pub fn new(secret: String) -> Self {
+        Self(secret)
+    }
+
+    /// The secret itself, to sign with; keep the borrow short.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether it is the empty string.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for Secret {
+    fn from(secret: String) -> Self {
+        Self(secret)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(secret: &str) -> Self {
+        Self(secret.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self)
+    }
+}

@@ -229,8 +229,13 @@ fn sealed_metadata_round_trips_and_is_bound_to_its_object() {
         ("Owner".to_string(), "velero".to_string()),
         ("a".to_string(), String::new()),
     ];
-    let sealed = a.seal_metadata(Cipher::Aes256Gcm, &pairs).unwrap();
-    let mut opened = a.open_metadata(Cipher::Aes256Gcm, &sealed).unwrap();
+    // Two header copies of one object, as an object and its copy have: same data key.
+    let header = [7u8; kura_keys::format::HEADER_SIZE];
+    let other_header = [8u8; kura_keys::format::HEADER_SIZE];
+    let sealed = a.seal_metadata(Cipher::Aes256Gcm, &header, &pairs).unwrap();
+    let mut opened = a
+        .open_metadata(Cipher::Aes256Gcm, &header, &sealed)
+        .unwrap();
     opened.sort();
     assert_eq!(
         opened,
@@ -240,10 +245,17 @@ fn sealed_metadata_round_trips_and_is_bound_to_its_object() {
         ]
     );
     assert_eq!(
-        b.open_metadata(Cipher::Aes256Gcm, &sealed)
+        b.open_metadata(Cipher::Aes256Gcm, &header, &sealed)
             .unwrap_err()
             .class(),
         "tampered-header"
+    );
+    assert_eq!(
+        a.open_metadata(Cipher::Aes256Gcm, &other_header, &sealed)
+            .unwrap_err()
+            .class(),
+        "tampered-header",
+        "bound to its header copy, not only to the data key"
     );
 }
 

@@ -114,6 +114,58 @@ fn check(v: &Vector) -> Result<(), String> {
     }
 }
 
+/// What a reader shows of a vector's metadata (SPEC 7), or the class of its error: the
+/// body's header verified first, then the header copy, which must wrap the same data key,
+/// then the sealed metadata, bound to that copy. Nothing stored in the clear is shown.
+fn read_metadata(v: &Vector) -> Result<Vec<(String, String)>, kura_keys::Error> {
+    use base64::Engine as _;
+    use kura_keys::format::HEADER_SIZE;
+    let kr = keyring(v);
+    let name = ObjectName::new(&v.fields["bucket"], &v.fields["key"]).unwrap();
+    let body = kura_keys::Header::parse(&v.body[..HEADER_SIZE])?.verify(&kr, &name)?;
+    let tampered = kura_keys::Error::TamperedHeader;
+    let Some(copy) = v.fields.get("metadata-key") else {
+        return Err(tampered);
+    };
+    let copy: [u8; HEADER_SIZE] = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(copy)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or(tampered)?;
+    let verified = kura_keys::Header::parse(&copy)?.verify(&kr, &name)?;
+    if verified.secrets().commitment() != body.secrets().commitment() {
+        return Err(kura_keys::Error::TamperedHeader);
+    }
+    match v.fields.get("metadata-sealed") {
+        None => Ok(Vec::new()),
+        Some(sealed) => verified
+            .secrets()
+            .open_metadata(verified.header().cipher(), &copy, sealed),
+    }
+}
+
+#[test]
+fn metadata_vectors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let v = load(&entry.unwrap().path());
+        let Some(expect) = v.fields.get("metadata-expect") else {
+            continue;
+        };
+        seen += 1;
+        match (expect.as_str(), read_metadata(&v)) {
+            ("ok", Ok(pairs)) => {
+                let shown: Vec<String> = pairs.iter().map(|(k, x)| format!("{k}={x}")).collect();
+                assert_eq!(shown.join(", "), v.fields["metadata"], "{}", v.name);
+            }
+            (class, Err(e)) => assert_eq!(e.class(), class, "{}: {e}", v.name),
+            (class, Ok(pairs)) => panic!("{}: expected {class}, showed {pairs:?}", v.name),
+        }
+    }
+    assert!(seen >= 4, "metadata vectors missing from {}", dir.display());
+}
+
 #[test]
 fn all_vectors() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");

@@ -76,5 +76,7 @@ pub use restore::{
 };
 pub use select::{GroupBy, GroupKey, SnapshotFilter};
 pub use snapshot::{Snapshot, Summary};
-pub use storage::{DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage};
+pub use storage::{
+    DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage, endpoint_is_protected,
+};
 pub use tree::{Content, Node, NodeType, Tree};

@@ -50,6 +50,7 @@ pub fn loopback_config(
         credentials,
         tls: None,
         virtual_host_domain: None,
+        limits: kura_gateway::config::Limits::default(),
     }
 }
 

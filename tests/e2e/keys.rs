@@ -205,6 +205,28 @@ fn sealed_key_file_needs_its_passphrase() {
 }
 
 #[test]
+fn an_empty_passphrase_from_the_environment_seals_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let kf = dir.path().join("s.toml");
+    let out = Command::new(kura_bin())
+        .args([
+            "keys",
+            "generate",
+            "--out",
+            kf.to_str().unwrap(),
+            "--passphrase",
+        ])
+        .env("KURA_KEY_PASSPHRASE", "")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("KURA_KEY_PASSPHRASE"), "{err}");
+    assert!(!kf.exists(), "no key file sealed under an empty passphrase");
+}
+
+#[test]
 fn generate_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let kf = generate(dir.path());

@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::io::IsTerminal as _;
+
 use anyhow::{Context as _, bail};
 use kura_gateway::config::{
-    BucketScope, ClientCredential, DEFAULT_UPSTREAM_TIMEOUT, FileConfig, GatewayConfig, TlsFiles,
-    UpstreamConfig,
+    BucketScope, ClientCredential, DEFAULT_UPSTREAM_TIMEOUT, FileConfig, GatewayConfig, Limits,
+    TlsFiles, UpstreamConfig,
 };
 use kura_gateway::embedded::EmbeddedDir;
 use kura_keys::{Cipher, Keyring};
@@ -23,7 +25,14 @@ pub fn load_file(path: Option<&PathBuf>) -> anyhow::Result<FileConfig> {
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("config {}", path.display()))
+    let text = zeroize::Zeroizing::new(text);
+    toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "config {}: {}",
+            path.display(),
+            kura_keys::keyfile::describe_toml_error(&e, &text)
+        )
+    })
 }
 
 fn load_keyring(path: &std::path::Path) -> anyhow::Result<Keyring> {
@@ -53,7 +62,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             .map_err(|e| anyhow::anyhow!("credential {}: {e}", c.access_key_id))?;
         credentials.push(ClientCredential {
             access_key: c.access_key_id.clone(),
-            secret: secret.into(),
+            secret: secret.expose().to_owned().into(),
             buckets: BucketScope::from_list(&c.buckets),
             powers,
         });
@@ -106,6 +115,17 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         // The admin listener never has TLS; its paths need no credentials.
         tracing::warn!(%admin, "serving /healthz, /readyz and /metrics on a non-loopback address without credentials or TLS: keep it reachable only by probes and the scraper");
     }
+    let mut limits = Limits::default();
+    match args.max_connections.or(file.max_connections) {
+        Some(0) => bail!("max_connections must be at least 1"),
+        Some(n) => limits.max_connections = n,
+        None => {}
+    }
+    match args.idle_timeout.or(file.idle_timeout) {
+        Some(0) => bail!("the idle timeout is in seconds and must be at least 1"),
+        Some(secs) => limits.idle_timeout = Duration::from_secs(secs),
+        None => {}
+    }
     Ok(GatewayConfig {
         listen,
         admin_listen,
@@ -115,6 +135,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         credentials,
         tls,
         virtual_host_domain: args.virtual_host_domain.or(file.virtual_host_domain),
+        limits,
     })
 }
 
@@ -153,6 +174,9 @@ fn upstream_and_keyring(
             Some(0) => bail!("the upstream timeout is in seconds and must be at least 1"),
             Some(secs) => Duration::from_secs(secs),
         };
+        if let Some(warning) = plain_http_upstream_warning(&url) {
+            tracing::warn!("{warning}");
+        }
         let upstream = UpstreamConfig::S3 {
             url,
             region,
@@ -210,12 +234,20 @@ fn prepare_embedded(
     if need_credentials {
         let stored = dir.client_credential()?;
         let path = dir.credentials_file();
-        if stored.generated {
+        // Standard output is a pod's log unless it is a terminal: the secret goes to a
+        // person at a terminal, never into a log.
+        if stored.generated && std::io::stdout().is_terminal() {
             println!(
                 "kura gateway: client credentials (also in {}):\n  AWS_ACCESS_KEY_ID={}\n  AWS_SECRET_ACCESS_KEY={}",
                 path.display(),
                 stored.credential.access_key,
                 stored.credential.secret.expose()
+            );
+        } else if stored.generated {
+            println!(
+                "kura gateway: generated client credentials for access key {}; the secret is in {}",
+                stored.credential.access_key,
+                path.display()
             );
         } else {
             println!("kura gateway: client credentials are in {}", path.display());
@@ -229,6 +261,17 @@ fn prepare_embedded(
         keyring,
         credentials,
     ))
+}
+
+/// What to warn of when the upstream is reached over plain HTTP beyond this host: object
+/// bodies and metadata stay sealed, but names, sizes and the requests themselves cross the
+/// network in the clear, where they can be read, replayed or answered by someone else.
+fn plain_http_upstream_warning(url: &str) -> Option<String> {
+    (!kura_repo::endpoint_is_protected(url)).then(|| {
+        format!(
+            "the upstream {url} is plain HTTP beyond this host: object names, sizes and requests travel in the clear and can be tampered with; use https"
+        )
+    })
 }
 
 /// The upstream settings given, by name, which mean nothing without an upstream URL.
@@ -311,5 +354,38 @@ mod tests {
         assert!(path_style(&[], file_on));
         assert!(!path_style(&["--path-style=false"], file_on));
         assert!(path_style(&["--path-style=true"], file_off));
+    }
+
+    #[test]
+    fn a_config_file_that_does_not_parse_is_described_without_quoting_its_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kura.toml");
+        let secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCY";
+        std::fs::write(
+            &path,
+            format!("[[credentials]]\naccess_key_id = \"a\"\nsecret_acess_key = \"{secret}\"\nbuckets = [\"*\"]\n"),
+        )
+        .unwrap();
+        let err = format!("{:#}", load_file(Some(&path)).unwrap_err());
+        assert!(!err.contains(secret), "{err}");
+        assert!(err.contains("secret_acess_key"), "names the field: {err}");
+        // With flattened secret fields toml places the error at the table, not the line.
+        assert!(err.contains("(line 1, column 1)"), "says where: {err}");
+    }
+
+    #[test]
+    fn only_a_plain_http_upstream_off_this_host_is_warned_about() {
+        for quiet in [
+            "https://s3.us-west-004.backblazeb2.com",
+            "http://127.0.0.1:3900",
+            "http://localhost:9000",
+            "http://[::1]:9000",
+        ] {
+            assert!(plain_http_upstream_warning(quiet).is_none(), "{quiet}");
+        }
+        for loud in ["http://minio.storage.svc:9000", "http://10.0.0.5:9000"] {
+            let warning = plain_http_upstream_warning(loud).expect(loud);
+            assert!(warning.contains(loud), "{warning}");
+        }
     }
 }

@@ -18,6 +18,11 @@ pub struct Loaded {
 
 pub fn passphrase(confirm: bool) -> anyhow::Result<Passphrase> {
     if let Ok(p) = std::env::var(PASSPHRASE_ENV) {
+        // An empty variable is more often a missing Secret than a choice; a key file
+        // "sealed" under it is not sealed.
+        if p.is_empty() {
+            bail!("{PASSPHRASE_ENV} is set but empty: give the passphrase, or unset it");
+        }
         return Ok(Passphrase::new(p));
     }
     if !std::io::stdin().is_terminal() {

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use kura_gateway::config::SecretSource;
+use kura_keys::secret::Secret;
 use serde::Deserialize;
 
 use crate::args::RepoArgs;
@@ -56,13 +57,12 @@ pub struct RepoFile {
 }
 
 /// How to reach the repository, checked.
-#[derive(Debug)]
 pub enum Target {
     /// A running gateway.
     Endpoint {
         url: String,
         access_key: String,
-        /// Resolved here, once; never printed (`Debug` shows it redacted).
+        /// Resolved here, once; never printed (`Debug` leaves it out).
         secret: Secret,
     },
     /// A gateway started in this process in front of an S3 upstream.
@@ -76,12 +76,33 @@ pub enum Target {
     Embedded { data_dir: PathBuf },
 }
 
-/// A gateway secret that prints as `<redacted>`.
-pub struct Secret(pub zeroize::Zeroizing<String>);
-
-impl std::fmt::Debug for Secret {
+impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
+        match self {
+            Self::Endpoint {
+                url, access_key, ..
+            } => f
+                .debug_struct("Endpoint")
+                .field("url", url)
+                .field("access_key", access_key)
+                .finish_non_exhaustive(),
+            Self::Upstream {
+                url,
+                region,
+                path_style,
+                key_file,
+            } => f
+                .debug_struct("Upstream")
+                .field("url", url)
+                .field("region", region)
+                .field("path_style", path_style)
+                .field("key_file", key_file)
+                .finish(),
+            Self::Embedded { data_dir } => f
+                .debug_struct("Embedded")
+                .field("data_dir", data_dir)
+                .finish(),
+        }
     }
 }
 
@@ -101,14 +122,11 @@ pub fn resolve(args: &RepoArgs) -> anyhow::Result<Location> {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading config {}", path.display()))?;
-            // The message only: toml's full error quotes the offending line, which may be
-            // the secret itself (a misspelt `secret_access_key`).
             toml::from_str(&text).map_err(|e| {
                 anyhow::anyhow!(
-                    "config {}: {} (at byte {})",
+                    "config {}: {}",
                     path.display(),
-                    e.message(),
-                    e.span().map_or(0, |r| r.start)
+                    kura_keys::keyfile::describe_toml_error(&e, &text)
                 )
             })?
         }
@@ -148,7 +166,7 @@ fn merge(args: &RepoArgs, file: RepoFile, env_secret: Option<String>) -> anyhow:
             "an endpoint needs an access key: --access-key-id, KURA_ACCESS_KEY_ID or `access_key_id` in the config file",
         )?;
         let secret = match env_secret {
-            Some(s) => s,
+            Some(s) => Secret::new(s),
             None => file
                 .secret
                 .resolve("the gateway secret")
@@ -157,7 +175,7 @@ fn merge(args: &RepoArgs, file: RepoFile, env_secret: Option<String>) -> anyhow:
         Target::Endpoint {
             url,
             access_key,
-            secret: Secret(secret.into()),
+            secret,
         }
     } else if let Some(url) = args.upstream.clone().or(if args.data_dir.is_some() {
         None
@@ -224,6 +242,11 @@ mod tests {
             None,
         )
         .unwrap();
+        let shown = format!("{loc:?}");
+        assert!(
+            shown.contains("gw:9000") && !shown.contains("\"sk\""),
+            "{shown}"
+        );
         assert_eq!(loc.repository, "s3://b/p");
         let Target::Endpoint {
             url,
@@ -237,8 +260,7 @@ mod tests {
             (url.as_str(), access_key.as_str()),
             ("http://gw:9000", "ak")
         );
-        assert_eq!(secret.0.as_str(), "sk");
-        assert_eq!(format!("{secret:?}"), "<redacted>");
+        assert_eq!(secret.expose(), "sk");
     }
 
     #[test]
@@ -259,7 +281,7 @@ mod tests {
             panic!()
         };
         assert_eq!(access_key, "flag-ak");
-        assert_eq!(secret.0.as_str(), "env-secret");
+        assert_eq!(secret.expose(), "env-secret");
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub async fn connect(args: &RepoArgs) -> Result<Connection> {
             url,
             access_key,
             secret,
-        } => (url, access_key, secret.0.to_string(), None),
+        } => (url, access_key, secret, None),
         config::Target::Upstream {
             url,
             region,
@@ -85,7 +85,7 @@ async fn start_gateway(
 ) -> Result<(
     String,
     String,
-    String,
+    kura_keys::secret::Secret,
     Option<kura_gateway::server::Running>,
 )> {
     let (upstream, keyring) = crate::gateway::in_process(args)?;

@@ -1,5 +1,8 @@
-//! Calls that carry no object bodies: bucket operations and Object Lock, passed through to
-//! the upstream as they are (only ListBuckets is filtered by the caller's buckets).
+//! Calls that carry no object bodies: bucket operations, Object Lock, versioning, tags and
+//! ACL reads, passed through to the upstream as they are (only ListBuckets is filtered by
+//! the caller's buckets). Those that act with the gateway's identity need a power
+//! (`powers.rs`, checked in `credentials.rs`): tags are stored in the clear, and suspending
+//! versioning lets later writes replace what versions would keep.
 
 #![allow(
     clippy::wildcard_imports,
@@ -34,6 +37,11 @@ passthrough! {
     put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput;
     get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput;
     get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput;
+    put_bucket_versioning: PutBucketVersioningInput => PutBucketVersioningOutput;
+    get_object_tagging: GetObjectTaggingInput => GetObjectTaggingOutput;
+    put_object_tagging: PutObjectTaggingInput => PutObjectTaggingOutput;
+    delete_object_tagging: DeleteObjectTaggingInput => DeleteObjectTaggingOutput;
+    get_object_acl: GetObjectAclInput => GetObjectAclOutput;
 }
 
 /// The upstream's buckets, less those the caller's key may not use.

@@ -28,7 +28,7 @@ use super::own_upload::{CopyFrom, OwnUpload, complete_own, copy_parts, create_li
 use crate::body;
 use crate::error::keys_error;
 use crate::gateway::Gateway;
-use crate::meta::{META_KEY, META_SEALED, seal_metadata};
+use crate::meta::{open_metadata_of, seal_metadata};
 use crate::object::{
     forget, locate_checked, stored_len, total_from_content_range, unlocate, verify_body_header,
 };
@@ -82,6 +82,27 @@ pub(super) async fn copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    // As S3: a copy onto itself must change something, or it is a mistake (and on a
+    // versioned bucket a new version that differs in nothing).
+    if src_bucket == input.bucket
+        && src_key == input.key
+        && src_version.is_none()
+        && !replace
+        && input.storage_class.is_none()
+        && input.website_redirect_location.is_none()
+        && input.server_side_encryption.is_none()
+        && input
+            .tagging_directive
+            .as_ref()
+            .is_none_or(|d| d.as_str() != TaggingDirective::REPLACE)
+    {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself \
+             without changing the object's metadata, storage class, website redirect location \
+             or encryption attributes."
+        ));
+    }
     let src = GetObjectInput {
         bucket: src_bucket.clone(),
         key: src_key.clone(),
@@ -111,24 +132,19 @@ pub(super) async fn copy_object(
     let meta_header = secrets
         .header(&gw.keyring, &dst_name, cipher, 0)
         .map_err(keys_error)?;
-    let metadata = if replace {
-        seal_metadata(secrets, cipher, &meta_header, input.metadata.take())?
+    let user = if replace {
+        input.metadata.take()
     } else {
-        // The sealed metadata is bound to the data key, which a copy keeps: only the header
-        // copy that opens it is re-wrapped for the new name.
-        let mut m = Metadata::new();
-        if let Some(sealed) = got.metadata.as_ref().and_then(|m| m.get(META_SEALED)) {
-            m.insert(META_SEALED.into(), sealed.clone());
-        }
-        m.insert(
-            META_KEY.into(),
-            base64::Engine::encode(
-                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                meta_header,
-            ),
-        );
-        m
+        // The sealed metadata is bound to the source's header copy: opened with it (which
+        // must wrap the body's data key), and sealed again for the copy's.
+        open_metadata_of(
+            gw,
+            (&src_bucket, &src_key),
+            got.metadata.as_ref(),
+            &secrets.commitment(),
+        )?
     };
+    let metadata = seal_metadata(secrets, cipher, &meta_header, user)?;
     let stream = futures::stream::iter([Ok(bytes::Bytes::copy_from_slice(&new_header)), Ok(rest)]);
     let first = body::sized(futures::StreamExt::chain(stream, blob), through);
     let (bucket, key) = (input.bucket.clone(), input.key.clone());

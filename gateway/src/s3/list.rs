@@ -1,7 +1,8 @@
 //! Listings: ListObjects V1 and V2 (always V2 upstream: B2's V1 cannot page past 1000
 //! keys) and ListObjectVersions, with plaintext sizes and client ETags. Sizes of aligned
 //! objects come from the listed size alone; an object with a trailer costs its header and
-//! trailer reads once (then the cache).
+//! trailer reads once (then the cache), up to 16 objects of a page at a time; one that
+//! turns out not to be kura's is remembered by ETag and not read again.
 //!
 //! `encoding-type=url` (botocore asks for it on every listing) is answered here, not
 //! forwarded: the gateway needs the real keys to read trailers (a header is bound to its
@@ -20,7 +21,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::etag;
 use crate::gateway::Gateway;
-use crate::object::{LocateError, try_locate};
+use crate::object::locate_unless_foreign;
 use crate::upstream::request;
 
 /// What a listed object's stored size says about its plaintext size (SPEC 6.1).
@@ -78,11 +79,17 @@ fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
 
+/// How many listed objects of one page are read at once for their sizes: enough that a
+/// page of planted objects is not 1,000 serial reads, few enough that one listing cannot
+/// take the upstream connection pool.
+const LOOKUPS_PER_PAGE: usize = 16;
+
 /// A listed object's plaintext size. An object with a trailer is read (header and
 /// trailer); if those bytes are not an object the gateway can open, its stored size is
-/// reported, as for any object another writer put there. If the read itself fails, so does
-/// the listing: a size made up from the stored one would be wrong for a kura object, and
-/// clients such as rclone act on listed sizes.
+/// reported, as for any object another writer put there, and remembered by ETag so that
+/// later listings do not read it again. If the read itself fails, so does the listing: a
+/// size made up from the stored one would be wrong for a kura object, and clients such as
+/// rclone act on listed sizes.
 async fn plaintext_size(
     gw: &Gateway,
     bucket: &str,
@@ -90,6 +97,7 @@ async fn plaintext_size(
     version: Option<&str>,
     stored: Option<i64>,
     etag: Option<&str>,
+    modified: Option<&Timestamp>,
 ) -> S3Result<Option<i64>> {
     let Some(stored) = stored else {
         return Ok(None);
@@ -99,14 +107,49 @@ async fn plaintext_size(
         ListedSize::Foreign => return Ok(Some(stored)),
         ListedSize::InTrailer => {}
     }
-    match try_locate(gw, bucket, key, version, etag).await {
-        Ok(l) => Ok(i64::try_from(l.size()).ok()),
-        Err(LocateError::Unreadable(e)) => {
-            tracing::warn!(bucket, key, error = %e, "listed object is not a readable kura object; reporting its stored size");
-            Ok(Some(stored))
-        }
-        Err(LocateError::Upstream(e)) => Err(changed_while_listed(e)),
+    // The stored bytes' identity: their ETag, or (from a store that lists none, as
+    // s3s-fs) their size and modification time.
+    let identity = etag
+        .map(str::to_string)
+        .or_else(|| modified.map(|t| format!("{stored} bytes, modified {t:?}")));
+    match locate_unless_foreign(gw, (bucket, key, version), etag, identity.as_deref()).await {
+        Ok(Some(l)) => Ok(i64::try_from(l.size()).ok()),
+        Ok(None) => Ok(Some(stored)),
+        Err(e) => Err(changed_while_listed(e)),
     }
+}
+
+/// What the upstream listed of one object (or version).
+struct Listed {
+    key: Option<String>,
+    version: Option<String>,
+    stored: Option<i64>,
+    etag: Option<String>,
+    modified: Option<Timestamp>,
+}
+
+/// The plaintext sizes of a page's objects, read [`LOOKUPS_PER_PAGE`] at a time, in the
+/// page's order.
+async fn plaintext_sizes(
+    gw: &Gateway,
+    bucket: &str,
+    listed: Vec<Listed>,
+) -> S3Result<Vec<Option<i64>>> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    futures::stream::iter(listed)
+        .map(|l| async move {
+            match &l.key {
+                Some(key) => {
+                    let (version, etag) = (l.version.as_deref(), l.etag.as_deref());
+                    let modified = l.modified.as_ref();
+                    plaintext_size(gw, bucket, key, version, l.stored, etag, modified).await
+                }
+                None => Ok(l.stored),
+            }
+        })
+        .buffered(LOOKUPS_PER_PAGE)
+        .try_collect()
+        .await
 }
 
 /// An upstream read that failed during a listing, as the listing's error. Gone (404) or
@@ -131,11 +174,19 @@ async fn map_objects(
     let Some(mut contents) = contents else {
         return Ok(None);
     };
-    for o in &mut contents {
-        if let Some(key) = o.key.clone() {
-            let etag = o.e_tag.as_ref().map(ETag::value);
-            o.size = plaintext_size(gw, bucket, &key, None, o.size, etag).await?;
-        }
+    let listed = contents
+        .iter()
+        .map(|o| Listed {
+            key: o.key.clone(),
+            version: None,
+            stored: o.size,
+            etag: o.e_tag.as_ref().map(|e| e.value().to_string()),
+            modified: o.last_modified.clone(),
+        })
+        .collect();
+    let sizes = plaintext_sizes(gw, bucket, listed).await?;
+    for (o, size) in contents.iter_mut().zip(sizes) {
+        o.size = size;
         o.e_tag = o.e_tag.as_ref().map(etag::to_client);
         o.checksum_algorithm = None;
         o.checksum_type = None;
@@ -148,6 +199,13 @@ pub(super) async fn list_objects_v2(
     req: S3Request<ListObjectsV2Input>,
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
     let mut input = req.input;
+    // Echoed as the client sent them, whatever the upstream makes of them: a given prefix
+    // (also an empty one) as Prefix, a non-empty delimiter and start-after as themselves.
+    let given = (
+        input.prefix.clone(),
+        non_empty(input.delimiter.clone()),
+        non_empty(input.start_after.clone()),
+    );
     input.delimiter = non_empty(input.delimiter);
     input.prefix = non_empty(input.prefix);
     input.start_after = non_empty(input.start_after);
@@ -159,6 +217,7 @@ pub(super) async fn list_objects_v2(
         .list_objects_v2(request(input))
         .await?
         .output;
+    (out.prefix, out.delimiter, out.start_after) = given;
     out.contents = map_objects(gw, &bucket, out.contents.take()).await?;
     out.encoding_type = None;
     if url {
@@ -206,8 +265,8 @@ pub(super) async fn list_objects(
     let mut output = ListObjectsOutput {
         name: Some(input.bucket),
         prefix: input.prefix,
-        delimiter: input.delimiter,
-        marker: input.marker,
+        delimiter: non_empty(input.delimiter),
+        marker: non_empty(input.marker),
         max_keys: out.max_keys,
         is_truncated: Some(truncated),
         next_marker,
@@ -234,6 +293,7 @@ pub(super) async fn list_object_versions(
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
     let mut input = req.input;
+    let given = (input.prefix.clone(), non_empty(input.delimiter.clone()));
     input.delimiter = non_empty(input.delimiter);
     input.prefix = non_empty(input.prefix);
     let url = wants_url(input.encoding_type.take().as_ref());
@@ -244,13 +304,21 @@ pub(super) async fn list_object_versions(
         .list_object_versions(request(input))
         .await?
         .output;
+    (out.prefix, out.delimiter) = given;
     if let Some(versions) = &mut out.versions {
-        for v in versions {
-            if let Some(key) = v.key.clone() {
-                let etag = v.e_tag.as_ref().map(ETag::value);
-                v.size = plaintext_size(gw, &bucket, &key, v.version_id.as_deref(), v.size, etag)
-                    .await?;
-            }
+        let listed = versions
+            .iter()
+            .map(|v| Listed {
+                key: v.key.clone(),
+                version: v.version_id.clone(),
+                stored: v.size,
+                etag: v.e_tag.as_ref().map(|e| e.value().to_string()),
+                modified: v.last_modified.clone(),
+            })
+            .collect();
+        let sizes = plaintext_sizes(gw, &bucket, listed).await?;
+        for (v, size) in versions.iter_mut().zip(sizes) {
+            v.size = size;
             v.e_tag = v.e_tag.as_ref().map(etag::to_client);
             v.checksum_algorithm = None;
             v.checksum_type = None;

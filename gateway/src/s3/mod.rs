@@ -41,13 +41,25 @@ impl Gateway {
         let r = fut.await;
         self.metrics
             .operation(op, r.as_ref().err().map(|e| e.code().as_str()));
-        if let Err(e) = &r {
-            tracing::debug!(
+        match &r {
+            // A 5xx is the gateway's (or the upstream's) failure, never the client's: its
+            // cause goes to the log, which is the only place the operator can see it.
+            Err(e) if e.status_code().is_none_or(|s| s.is_server_error()) => {
+                tracing::warn!(
+                    operation = op,
+                    code = e.code().as_str(),
+                    message = e.message().unwrap_or(""),
+                    source = e.source().map(ToString::to_string).unwrap_or_default(),
+                    "operation failed on the gateway's side"
+                );
+            }
+            Err(e) => tracing::debug!(
                 operation = op,
                 code = e.code().as_str(),
                 message = e.message().unwrap_or(""),
                 "operation failed"
-            );
+            ),
+            Ok(_) => {}
         }
         r
     }
@@ -97,4 +109,9 @@ ops! {
     put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput = "PutObjectLegalHold", bucket::put_object_legal_hold;
     get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput = "GetObjectLegalHold", bucket::get_object_legal_hold;
     get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput = "GetObjectLockConfiguration", bucket::get_object_lock_configuration;
+    put_bucket_versioning: PutBucketVersioningInput => PutBucketVersioningOutput = "PutBucketVersioning", bucket::put_bucket_versioning;
+    get_object_tagging: GetObjectTaggingInput => GetObjectTaggingOutput = "GetObjectTagging", bucket::get_object_tagging;
+    put_object_tagging: PutObjectTaggingInput => PutObjectTaggingOutput = "PutObjectTagging", bucket::put_object_tagging;
+    delete_object_tagging: DeleteObjectTaggingInput => DeleteObjectTaggingOutput = "DeleteObjectTagging", bucket::delete_object_tagging;
+    get_object_acl: GetObjectAclInput => GetObjectAclOutput = "GetObjectAcl", bucket::get_object_acl;
 }

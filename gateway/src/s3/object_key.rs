@@ -11,6 +11,14 @@ pub(crate) fn check_key(key: &str) -> S3Result<()> {
             "object keys are 1 to 1024 bytes"
         ));
     }
+    if key.trim().is_empty() {
+        // aws-sdk-s3, the upstream client, takes such a key for none and fails the call
+        // (it was a 500); S3 itself would store it.
+        return Err(s3_error!(
+            InvalidArgument,
+            "object keys made only of white space are not accepted"
+        ));
+    }
     if key.split('/').any(|seg| seg == ".." || seg == ".") || key.starts_with('/') {
         // s3s-fs maps keys to paths; `..` would reach other buckets and its sidecar files.
         return Err(s3_error!(

@@ -84,22 +84,32 @@ impl Admin {
             (Err(e), None) if *e.code() == s3s::S3ErrorCode::AccessDenied => Ok(()),
             (answer, _) => answer.map_err(|e| e.code().as_str().to_string()),
         };
+        if let Err(why) = &answer {
+            tracing::warn!(%why, "the upstream is not ready");
+        }
         *last = Some((Instant::now(), answer.clone()));
         answer
     }
 
     /// The admin endpoint at `path`, if there is one, as (its name as a metrics label, its
-    /// response).
-    pub(super) async fn endpoint(&self, path: &str) -> Option<(&'static str, Response<s3s::Body>)> {
+    /// response). Only on the admin listener (`admin_listener`) does `/readyz` say why the
+    /// upstream is not ready: on the S3 port anyone may ask, and the upstream's error codes
+    /// and the bucket probed are not theirs to learn.
+    pub(super) async fn endpoint(
+        &self,
+        path: &str,
+        admin_listener: bool,
+    ) -> Option<(&'static str, Response<s3s::Body>)> {
         let resp = match path {
             "/healthz" => ("healthz", text(StatusCode::OK, "ok\n".into())),
             "/readyz" => {
                 let resp = match self.upstream_ready().await {
                     Ok(()) => text(StatusCode::OK, "ready\n".into()),
-                    Err(code) => text(
+                    Err(code) if admin_listener => text(
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!("upstream not ready: {code}\n"),
                     ),
+                    Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
                 };
                 ("readyz", resp)
             }

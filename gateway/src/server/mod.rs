@@ -6,10 +6,13 @@
 //! - `route.rs`: one request, from hyper to s3s or an admin endpoint and back.
 //! - `admin.rs`: `/healthz`, `/readyz`, `/metrics`.
 //! - `tls.rs`: the certificate and key, as a rustls acceptor.
-//! - `listen.rs`: the accept loop, its time limits, and the drain on shutdown.
+//! - `listen.rs`: the accept loop, its connection cap and time limits, and the drain on
+//!   shutdown.
+//! - `idle.rs`: the idle timeouts of request bodies and of responses a client stops reading.
 //! - here: [`start`], which builds the gateway and its listeners, and [`Running`].
 
 mod admin;
+mod idle;
 mod listen;
 mod route;
 mod tls;
@@ -23,8 +26,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::admin::Admin;
+pub use self::listen::TLS_HANDSHAKE_TIMEOUT;
 use self::listen::accept_loop;
-pub use self::listen::{HEADER_READ_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
 use self::route::App;
 use crate::config::GatewayConfig;
 use crate::credentials::Credentials;
@@ -32,6 +35,14 @@ use crate::error::CredentialsError;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::upstream::{Upstream, UpstreamError};
+
+/// The largest XML request body read (CompleteMultipartUpload of 10,000 parts with
+/// checksums, DeleteObjects of 1,000 long keys: each under 2 MiB); s3s's default is 20 MiB,
+/// which a client could make the gateway hold per connection.
+pub const XML_MAX_BODY_SIZE: usize = 2 * 1024 * 1024;
+
+/// Connections the admin listener serves at once: probes and a scraper.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +126,7 @@ pub async fn start_with_upstream(
     // get through, s3s, which reads a form before any access check, may read next to
     // nothing of it.
     let mut s3s_config = s3s::config::S3Config::default();
+    s3s_config.xml_max_body_size = XML_MAX_BODY_SIZE;
     s3s_config.post_object_max_file_size = 0;
     s3s_config.form_max_field_size = 4096;
     s3s_config.form_max_fields_size = 16 * 1024;
@@ -141,6 +153,7 @@ pub async fn start_with_upstream(
         admin: Admin::new(metrics.clone(), upstream, probe_bucket),
         admin_elsewhere: config.admin_listen.is_some(),
         vhost,
+        idle_timeout: config.limits.idle_timeout,
     };
     let tls = config
         .tls
@@ -164,13 +177,19 @@ pub async fn start_with_upstream(
         app.clone(),
         tls,
         false,
+        config.limits,
         rx.clone(),
     ))];
     let mut admin_addr = None;
     if let Some(a) = config.admin_listen {
         let l = bind(a).await?;
         admin_addr = l.local_addr().ok();
-        tasks.push(tokio::spawn(accept_loop(l, app, None, true, rx)));
+        // Probes and a scraper: a handful of connections.
+        let limits = crate::config::Limits {
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            ..config.limits
+        };
+        tasks.push(tokio::spawn(accept_loop(l, app, None, true, limits, rx)));
     }
     if let Err(value) = kura_keys::AesBackend::env_override() {
         tracing::warn!(

@@ -11,6 +11,7 @@ use s3s::service::S3Service;
 use tracing::Instrument as _;
 
 use super::admin::{Admin, text};
+use super::idle::IdleBody;
 use crate::chunk_guard::{ChunkGuard, Framing};
 use crate::metrics::{Metrics, OperationSlot};
 
@@ -23,11 +24,18 @@ pub(super) struct App {
     pub(super) admin_elsewhere: bool,
     /// The virtual-host base domain: a request to `BUCKET.DOMAIN` is never an admin one.
     pub(super) vhost: Option<crate::host::BaseDomain>,
+    /// How long a request body may leave the gateway waiting for its next bytes.
+    pub(super) idle_timeout: std::time::Duration,
 }
 
 /// The request with its body as s3s takes it: an aws-chunked body (detected, as s3s does,
-/// by a `STREAMING-` payload hash) behind [`ChunkGuard`].
-fn body_of(req: Request<Incoming>) -> Request<s3s::Body> {
+/// by a `STREAMING-` payload hash) behind [`ChunkGuard`], every body behind the idle
+/// timeout.
+fn body_of(
+    req: Request<Incoming>,
+    idle_timeout: std::time::Duration,
+    metrics: &Metrics,
+) -> Request<s3s::Body> {
     let header = |name: &str| req.headers().get(name).map(http::HeaderValue::as_bytes);
     let framing = match header("x-amz-content-sha256") {
         Some(b"STREAMING-UNSIGNED-PAYLOAD-TRAILER") => Some(Framing::Unsigned {
@@ -38,7 +46,7 @@ fn body_of(req: Request<Incoming>) -> Request<s3s::Body> {
         _ => None,
     };
     req.map(|b| {
-        let body = s3s::Body::from(b);
+        let body = s3s::Body::http_body(IdleBody::new(b, idle_timeout, metrics.clone()));
         match framing {
             Some(framing) => {
                 let guarded: s3s::stream::DynByteStream = Box::pin(ChunkGuard::new(body, framing));
@@ -63,20 +71,18 @@ fn is_post_form(req: &Request<Incoming>) -> bool {
             })
 }
 
-/// 501 NotImplemented for a POST form upload, answered without reading its body: s3s
-/// parses a form's fields (up to 20 MiB, again from the start after every piece that
-/// arrives) before it checks the signature, so a form sent by anyone would hold memory and
-/// CPU for as long as its sender trickles it. The connection is closed after the answer.
-/// s3s takes every POST of that content type for a form, also a CreateMultipartUpload of an
-/// object of that type (it fails with MalformedPOSTRequest), so all of them are refused.
-fn post_form_refused() -> Response<s3s::Body> {
+/// An S3 error answered by the router itself, and the connection closed after it (its
+/// body, if any, is left unread).
+pub(super) fn error_and_close(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<s3s::Body> {
     let mut r = text(
-        StatusCode::NOT_IMPLEMENTED,
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NotImplemented</Code>\
-         <Message>POST requests with Content-Type multipart/form-data (form uploads, or a \
-         multipart upload of an object of that type) are not supported by kura</Message>\
-         </Error>"
-            .into(),
+        status,
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        ),
     );
     let headers = r.headers_mut();
     headers.insert(
@@ -88,6 +94,84 @@ fn post_form_refused() -> Response<s3s::Body> {
         http::HeaderValue::from_static("close"),
     );
     r
+}
+
+/// 501 NotImplemented for a POST form upload, answered without reading its body: s3s
+/// parses a form's fields (up to 20 MiB, again from the start after every piece that
+/// arrives) before it checks the signature, so a form sent by anyone would hold memory and
+/// CPU for as long as its sender trickles it. The connection is closed after the answer.
+/// s3s takes every POST of that content type for a form, also a CreateMultipartUpload of an
+/// object of that type (it fails with MalformedPOSTRequest), so all of them are refused.
+fn post_form_refused() -> Response<s3s::Body> {
+    error_and_close(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        "POST requests with Content-Type multipart/form-data (form uploads, or a multipart \
+         upload of an object of that type) are not supported by kura",
+    )
+}
+
+/// The subresources whose PUT carries an XML (or JSON) document rather than an object.
+const DOCUMENT_SUBRESOURCES: [&str; 22] = [
+    "tagging",
+    "acl",
+    "retention",
+    "legal-hold",
+    "versioning",
+    "lifecycle",
+    "cors",
+    "policy",
+    "object-lock",
+    "encryption",
+    "notification",
+    "replication",
+    "website",
+    "logging",
+    "ownershipControls",
+    "publicAccessBlock",
+    "accelerate",
+    "requestPayment",
+    "intelligent-tiering",
+    "inventory",
+    "metrics",
+    "analytics",
+];
+
+/// Whether `req` declares a body longer than [`super::XML_MAX_BODY_SIZE`] for a document
+/// the gateway reads whole (every POST; a PUT of a subresource, or of a bucket). s3s would
+/// refuse it too, but only after reading up to the limit, and with InternalError.
+fn document_too_large(req: &Request<Incoming>, virtual_host: bool) -> bool {
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let Some(declared) = declared else {
+        return false;
+    };
+    if usize::try_from(declared).is_ok_and(|n| n <= super::XML_MAX_BODY_SIZE) {
+        return false;
+    }
+    let query = req.uri().query().unwrap_or_default();
+    let names = || {
+        query
+            .split('&')
+            .map(|p| p.split('=').next().unwrap_or_default())
+    };
+    match *req.method() {
+        http::Method::POST => true,
+        http::Method::PUT => {
+            // Path style: `/BUCKET` or `/BUCKET/`; a virtual-host request has its bucket in
+            // the host, and a PUT of `/` is the bucket's.
+            let path = req.uri().path().trim_start_matches('/');
+            let bucket_level = if virtual_host {
+                path.is_empty()
+            } else {
+                !path.trim_end_matches('/').contains('/')
+            };
+            names().any(|n| DOCUMENT_SUBRESOURCES.contains(&n)) || bucket_level
+        }
+        _ => false,
+    }
 }
 
 impl App {
@@ -133,7 +217,7 @@ impl App {
                 && req.method() == http::Method::GET
                 && req.uri().query().is_none()
             {
-                self.admin.endpoint(req.uri().path()).await
+                self.admin.endpoint(req.uri().path(), admin_only).await
             } else {
                 None
             };
@@ -144,7 +228,16 @@ impl App {
                 }
                 None if admin_only => text(StatusCode::NOT_FOUND, "not found\n".into()),
                 None if is_post_form(&req) => post_form_refused(),
-                None => self.s3.call(body_of(req)).await?,
+                None if document_too_large(&req, self.names_bucket(&req)) => error_and_close(
+                    StatusCode::BAD_REQUEST,
+                    "MaxMessageLengthExceeded",
+                    "the request's document is longer than the gateway reads (2 MiB)",
+                ),
+                None => {
+                    self.s3
+                        .call(body_of(req, self.idle_timeout, &self.metrics))
+                        .await?
+                }
             };
             if let Some(crate::s3::Status(status)) = resp.extensions().get() {
                 *resp.status_mut() = *status;

@@ -117,4 +117,9 @@ counted! {
     put_object_legal_hold: PutObjectLegalHoldInput => PutObjectLegalHoldOutput = "PutObjectLegalHold";
     get_object_legal_hold: GetObjectLegalHoldInput => GetObjectLegalHoldOutput = "GetObjectLegalHold";
     get_object_lock_configuration: GetObjectLockConfigurationInput => GetObjectLockConfigurationOutput = "GetObjectLockConfiguration";
+    put_bucket_versioning: PutBucketVersioningInput => PutBucketVersioningOutput = "PutBucketVersioning";
+    get_object_tagging: GetObjectTaggingInput => GetObjectTaggingOutput = "GetObjectTagging";
+    put_object_tagging: PutObjectTaggingInput => PutObjectTaggingOutput = "PutObjectTagging";
+    delete_object_tagging: DeleteObjectTaggingInput => DeleteObjectTaggingOutput = "DeleteObjectTagging";
+    get_object_acl: GetObjectAclInput => GetObjectAclOutput = "GetObjectAcl";
 }

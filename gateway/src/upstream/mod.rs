@@ -115,8 +115,17 @@ impl Upstream {
                     // requires them, and never ask for them on reads.
                     .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
                     .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-                    // A slow client uploading through the gateway stalls the upstream stream too.
-                    .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+                    // An upstream that stops taking an upload's bytes is cut after the attempt
+                    // limit. The SDK tells that from a client that sends slowly (its body is
+                    // then what waits; `server/idle.rs` limits that wait), so a slow client
+                    // is never cut here. GET bodies have their own guard (`stall.rs`).
+                    .stalled_stream_protection(
+                        StalledStreamProtectionConfig::enabled()
+                            .upload_enabled(true)
+                            .download_enabled(false)
+                            .grace_period(*timeout)
+                            .build(),
+                    )
                     // Retries with exponential backoff on 5xx, throttling and transport
                     // errors; the SDK retries only requests whose body can be replayed, so a
                     // streaming upload is never sent twice (tests/it/retry.rs).
@@ -129,7 +138,7 @@ impl Upstream {
                 if let Some((ak, sk)) = credentials {
                     conf = conf.credentials_provider(Credentials::new(
                         ak,
-                        sk,
+                        sk.expose(),
                         None,
                         None,
                         "kura-config",

@@ -191,8 +191,9 @@ async fn health_ready_and_metrics_answer() {
     assert!(!text.contains(SK), "metrics must not carry secrets");
 }
 
-/// A PUT whose signature covers `x-amz-content-sha256` of `signed_for`, sending `body`.
-fn signed_payload_put(host: &str, key: &str, signed_for: &[u8], body: &[u8]) -> Vec<u8> {
+/// A PUT whose signature covers `x-amz-content-sha256` of `signed_for`, sending `body`;
+/// `key` as it goes in the path (URI-encoded).
+pub(crate) fn signed_payload_put(host: &str, key: &str, signed_for: &[u8], body: &[u8]) -> Vec<u8> {
     let (stamp, scope, k) = sigv4_now();
     let path = format!("/{BUCKET}/{key}");
     let hash = hex_sha256(signed_for);
@@ -402,7 +403,7 @@ async fn silent_connections_are_closed() {
     let socket = tokio::net::TcpStream::connect(env.gateway.addr)
         .await
         .unwrap();
-    crate::harness::closed_after(socket, kura_gateway::server::HEADER_READ_TIMEOUT).await;
+    crate::harness::closed_after(socket, kura_gateway::config::DEFAULT_IDLE_TIMEOUT).await;
 }
 
 /// A multipart upload of an object whose Content-Type is `multipart/form-data`: s3s takes

@@ -230,3 +230,27 @@ async fn large_copy_moves_the_body_server_side() {
     );
     assert_eq!(head.content_length(), Some(body.len() as i64));
 }
+
+/// As S3: a copy onto itself that changes nothing is refused (400 InvalidRequest); one that
+/// replaces the metadata is a copy like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_onto_itself_that_changes_nothing_is_refused() {
+    let env = Env::start().await;
+    env.put("same", b"body").await;
+    let err = env
+        .client
+        .copy_object()
+        .bucket(BUCKET)
+        .key("same")
+        .copy_source(format!("{BUCKET}/same"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(crate::harness::status(&err), Some(400));
+    assert_eq!(
+        crate::harness::code(&err).as_deref(),
+        Some("InvalidRequest")
+    );
+    replace_metadata(&env, "same", "v").await;
+    assert_eq!(env.get("same").await, b"body");
+}

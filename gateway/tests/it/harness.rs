@@ -75,6 +75,12 @@ impl Env {
         self.upstream.stored_path(bucket, key)
     }
 
+    /// The upstream, reached directly with its own credential (as someone who can write
+    /// the bucket would).
+    pub fn bucket_writer(&self) -> Client {
+        client(self.upstream.addr, UP_AK, UP_SK)
+    }
+
     pub async fn put(
         &self,
         key: &str,

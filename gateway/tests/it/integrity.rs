@@ -491,3 +491,195 @@ async fn range_reads_refuse_metadata_from_another_version() {
     let whole = env.client.get_object().bucket(BUCKET).key("m").send().await;
     assert!(whole.is_err(), "whole reads refuse it too");
 }
+
+/// Rewrites `key` on the upstream: the same ciphertext, with `metadata` instead of what
+/// kura stored.
+async fn rewrite_metadata(env: &Env, key: &str, metadata: &[(&str, &str)]) {
+    let up = env.bucket_writer();
+    let body = up
+        .get_object()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    let mut put = up.put_object().bucket(BUCKET).key(key).body(body.into());
+    for (k, v) in metadata {
+        put = put.metadata(*k, *v);
+    }
+    put.send().await.unwrap();
+}
+
+/// The stored metadata of `key`, as the upstream holds it.
+async fn stored_metadata(env: &Env, key: &str) -> std::collections::HashMap<String, String> {
+    let head = env
+        .bucket_writer()
+        .head_object()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    head.metadata().cloned().unwrap_or_default()
+}
+
+/// Issue 23 item 1: someone who can write the bucket drops kura's metadata entries and
+/// adds their own in the clear. Neither HEAD nor GET through kura shows their value.
+#[tokio::test(flavor = "multi_thread")]
+async fn metadata_rewritten_in_the_clear_on_the_upstream_is_never_shown() {
+    let env = Env::start().await;
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("owned")
+        .metadata("owner", "alice")
+        .body(ByteStream::from_static(b"contents"))
+        .send()
+        .await
+        .unwrap();
+    rewrite_metadata(&env, "owned", &[("owner", "attacker")]).await;
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("owned")
+        .send()
+        .await;
+    if let Ok(h) = &head {
+        assert_ne!(
+            h.metadata()
+                .and_then(|m| m.get("owner"))
+                .map(String::as_str),
+            Some("attacker")
+        );
+    }
+    assert!(
+        head.is_err(),
+        "HEAD of an object whose metadata was replaced"
+    );
+    let get = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("owned")
+        .send()
+        .await;
+    if let Ok(g) = &get {
+        assert_ne!(
+            g.metadata()
+                .and_then(|m| m.get("owner"))
+                .map(String::as_str),
+            Some("attacker")
+        );
+    }
+    assert!(get.is_err(), "GET of an object whose metadata was replaced");
+}
+
+/// Issue 23 item 1: a copy keeps its source's data key. The sealed metadata of a copy
+/// made with new metadata (REPLACE), put on its source beside the source's own header
+/// copy, must not open there.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sealed_metadata_of_a_copy_does_not_open_on_its_source() {
+    let env = Env::start().await;
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("source")
+        .metadata("owner", "alice")
+        .body(ByteStream::from_static(b"contents"))
+        .send()
+        .await
+        .unwrap();
+    env.client
+        .copy_object()
+        .bucket(BUCKET)
+        .key("copy")
+        .copy_source(format!("{BUCKET}/source"))
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .metadata("owner", "mallory")
+        .send()
+        .await
+        .unwrap();
+    let source = stored_metadata(&env, "source").await;
+    let copy = stored_metadata(&env, "copy").await;
+    rewrite_metadata(
+        &env,
+        "source",
+        &[
+            ("kura-key", &source["kura-key"]),
+            ("kura-meta", &copy["kura-meta"]),
+        ],
+    )
+    .await;
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key("source")
+        .send()
+        .await;
+    let get = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("source")
+        .send()
+        .await;
+    for read in [
+        head.map(|h| h.metadata().cloned())
+            .map_err(|e| format!("{e:?}")),
+        get.map(|g| g.metadata().cloned())
+            .map_err(|e| format!("{e:?}")),
+    ] {
+        let shown = read.as_ref().ok().cloned().flatten().unwrap_or_default();
+        assert_ne!(shown.get("owner").map(String::as_str), Some("mallory"));
+        assert!(
+            read.is_err(),
+            "the copy's metadata opened on its source: {shown:?}"
+        );
+    }
+    // The copy itself still shows its own.
+    let fresh = env.head("copy").await;
+    assert_eq!(fresh.metadata().unwrap()["owner"], "mallory");
+}
+
+/// An object another program wrote to the bucket keeps its metadata as stored (it has no
+/// kura body), and telling that costs one read of its first bytes, not one per HEAD.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_writers_object_shows_its_metadata_and_is_read_once_to_tell() {
+    let env = Env::start().await;
+    env.bucket_writer()
+        .put_object()
+        .bucket(BUCKET)
+        .key("foreign")
+        .metadata("owner", "someone-else")
+        .body(ByteStream::from(pseudo_random(300_000, 5)))
+        .send()
+        .await
+        .unwrap();
+    let gets = || {
+        kura_testkit::metrics::sum(
+            env.gateway.addr.port(),
+            "kura_upstream_requests_total{operation=\"GetObject\"}",
+        )
+    };
+    let head = || {
+        env.client
+            .head_object()
+            .bucket(BUCKET)
+            .key("foreign")
+            .send()
+    };
+    let first = head().await.unwrap();
+    assert_eq!(first.metadata().unwrap()["owner"], "someone-else");
+    let after_first = gets();
+    assert!(after_first >= 1, "the body was read to tell whose it is");
+    head().await.unwrap();
+    head().await.unwrap();
+    assert_eq!(gets(), after_first, "read again on a later HEAD");
+}

@@ -225,3 +225,149 @@ async fn objects_not_written_by_kura_list_with_their_stored_sizes() {
         ]
     );
 }
+
+/// The upstream GETs the gateway has made so far.
+fn upstream_gets(env: &Env) -> u64 {
+    kura_testkit::metrics::sum(
+        env.gateway.addr.port(),
+        "kura_upstream_requests_total{operation=\"GetObject\"}",
+    )
+}
+
+/// Objects someone planted in the bucket, sized as if they had a trailer, are read once
+/// to learn they are not kura's; listing them again costs no reads at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn planted_objects_cost_their_reads_once_not_on_every_listing() {
+    const PLANTED: usize = 200;
+    let env = Env::start().await;
+    let size = (100_000u64..200_000)
+        .find(|n| {
+            matches!(
+                kura_keys::plaintext_size(*n),
+                Ok(kura_keys::SizeInfo::Trailer)
+            )
+        })
+        .unwrap();
+    let upstream = env.bucket_writer();
+    let body = kura_testkit::data::pseudo_random(usize::try_from(size).unwrap(), 9);
+    for i in 0..PLANTED {
+        upstream
+            .put_object()
+            .bucket(BUCKET)
+            .key(format!("planted/{i:04}"))
+            .body(body.clone().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let list = || async {
+        let out = env
+            .client
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .prefix("planted/")
+            .send()
+            .await
+            .unwrap();
+        let contents = out.contents.unwrap_or_default();
+        assert_eq!(contents.len(), PLANTED);
+        assert!(
+            contents
+                .iter()
+                .all(|o| o.size == Some(i64::try_from(size).unwrap())),
+            "planted objects are listed at their stored size"
+        );
+    };
+    list().await;
+    let first = upstream_gets(&env);
+    assert!(
+        first <= 3 * u64::try_from(PLANTED).unwrap(),
+        "{first} reads for {PLANTED} planted objects"
+    );
+    list().await;
+    list().await;
+    assert_eq!(
+        upstream_gets(&env),
+        first,
+        "listing again read planted objects again"
+    );
+}
+
+/// What a listing echoes (Prefix, Delimiter, Marker, StartAfter) is what the client sent,
+/// encoded once under `encoding-type=url` and not at all without it; an empty `prefix=`
+/// is echoed as an empty Prefix, an empty `delimiter=` not at all (as S3 does).
+#[tokio::test(flavor = "multi_thread")]
+async fn listings_echo_what_the_client_sent_encoded_at_most_once() {
+    use aws_sdk_s3::types::EncodingType;
+    let env = Env::start().await;
+    crate::harness::put(&env.client, "a\nb", b"x").await;
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8()
+            .unwrap()
+            .into_owned()
+    };
+    for url in [false, true] {
+        let shown = |s: Option<&str>| s.map(|s| if url { decode(s) } else { s.to_string() });
+        let encoding = url.then_some(EncodingType::Url);
+        let v1 = env
+            .client
+            .list_objects()
+            .bucket(BUCKET)
+            .prefix("\n")
+            .marker("\n")
+            .delimiter("\n")
+            .set_encoding_type(encoding.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shown(v1.prefix()).as_deref(), Some("\n"), "V1 url={url}");
+        assert_eq!(shown(v1.marker()).as_deref(), Some("\n"), "V1 url={url}");
+        assert_eq!(shown(v1.delimiter()).as_deref(), Some("\n"), "V1 url={url}");
+        let v2 = env
+            .client
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .prefix("\n")
+            .start_after("\n")
+            .delimiter("\n")
+            .set_encoding_type(encoding.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shown(v2.prefix()).as_deref(), Some("\n"), "V2 url={url}");
+        assert_eq!(
+            shown(v2.start_after()).as_deref(),
+            Some("\n"),
+            "V2 url={url}"
+        );
+        assert_eq!(shown(v2.delimiter()).as_deref(), Some("\n"), "V2 url={url}");
+
+        let v1 = env
+            .client
+            .list_objects()
+            .bucket(BUCKET)
+            .prefix("")
+            .delimiter("")
+            .set_encoding_type(encoding.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(v1.prefix(), Some(""), "V1 url={url}");
+        assert_eq!(v1.delimiter(), None, "V1 url={url}");
+        assert_eq!(v1.contents().len(), 1);
+        let v2 = env
+            .client
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .prefix("")
+            .delimiter("")
+            .set_encoding_type(encoding)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(v2.prefix(), Some(""), "V2 url={url}");
+        assert_eq!(v2.delimiter(), None, "V2 url={url}");
+        assert_eq!(v2.contents().len(), 1);
+    }
+}

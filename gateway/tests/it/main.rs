@@ -15,6 +15,7 @@ mod chunked;
 mod copy;
 mod integrity;
 mod list;
+mod load;
 mod local;
 mod lock;
 mod multipart;

@@ -125,6 +125,44 @@ impl S3 for RecordingUpstream {
         self.saw("PutObjectLegalHold");
         Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
     }
+    async fn put_bucket_versioning(
+        &self,
+        _req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.saw("PutBucketVersioning");
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+    async fn put_object_tagging(
+        &self,
+        _req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        self.saw("PutObjectTagging");
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+    async fn delete_object_tagging(
+        &self,
+        _req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        self.saw("DeleteObjectTagging");
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+    async fn get_object_tagging(
+        &self,
+        _req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        self.saw("GetObjectTagging");
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: Vec::new(),
+            ..Default::default()
+        }))
+    }
+    async fn get_object_acl(
+        &self,
+        _req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        self.saw("GetObjectAcl");
+        Ok(S3Response::new(GetObjectAclOutput::default()))
+    }
 }
 
 /// A gateway in front of a recording s3s-fs, with `powers` given to [`AK`]; the client,
@@ -299,4 +337,70 @@ async fn a_client_without_powers_is_refused_each_and_nothing_of_them_reaches_the
     assert!(arrived.is_empty(), "arrived upstream: {arrived:?}");
     let passed: Vec<_> = answers.iter().filter(|(_, s)| *s != 403).collect();
     assert!(passed.is_empty(), "not refused with 403: {passed:?}");
+}
+
+/// Tags and bucket versioning, each with its HTTP status: setting or removing tags (stored
+/// in the clear) and PutBucketVersioning need a power; reading tags and ACLs does not.
+async fn use_tags_and_versioning(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
+    use aws_sdk_s3::types::{BucketVersioningStatus, Tag, Tagging, VersioningConfiguration};
+    let tagging = Tagging::builder()
+        .tag_set(Tag::builder().key("project").value("name").build().unwrap())
+        .build()
+        .unwrap();
+    let suspend = VersioningConfiguration::builder()
+        .status(BucketVersioningStatus::Suspended)
+        .build();
+    let tag = c.put_object_tagging().bucket(BUCKET).key("plain");
+    let untag = c.delete_object_tagging().bucket(BUCKET).key("plain");
+    let version = c.put_bucket_versioning().bucket(BUCKET);
+    vec![
+        (
+            "PutObjectTagging",
+            answer(tag.tagging(tagging).send().await),
+        ),
+        ("DeleteObjectTagging", answer(untag.send().await)),
+        (
+            "PutBucketVersioning",
+            answer(version.versioning_configuration(suspend).send().await),
+        ),
+        (
+            "GetObjectTagging",
+            answer(
+                c.get_object_tagging()
+                    .bucket(BUCKET)
+                    .key("plain")
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "GetObjectAcl",
+            answer(c.get_object_acl().bucket(BUCKET).key("plain").send().await),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tags_and_bucket_versioning_are_set_only_with_their_powers_and_read_by_anyone() {
+    let (c, arrived, _gw, _dir) = gateway_with(&[]).await;
+    let answers = use_tags_and_versioning(&c).await;
+    assert_eq!(
+        answers,
+        [
+            ("PutObjectTagging", 403),
+            ("DeleteObjectTagging", 403),
+            ("PutBucketVersioning", 403),
+            ("GetObjectTagging", 200),
+            ("GetObjectAcl", 200),
+        ]
+    );
+    assert_eq!(
+        *arrived.lock().unwrap(),
+        ["GetObjectTagging", "GetObjectAcl"]
+    );
+
+    let (c, arrived, _gw, _dir) = gateway_with(&["tags-in-clear", "bucket-versioning"]).await;
+    let answers = use_tags_and_versioning(&c).await;
+    assert!(answers.iter().all(|(_, s)| *s == 200), "{answers:?}");
+    assert_eq!(arrived.lock().unwrap().len(), 5);
 }

@@ -273,16 +273,26 @@ async fn env_with_timeout(limit: Duration) -> ProxiedEnv {
     env_over(Upstream::s3s_fs().await, limit).await
 }
 
-/// [`env_with_timeout`] in front of `upstream`.
-async fn env_over(upstream: crate::harness::Upstream, limit: Duration) -> ProxiedEnv {
-    let proxy = MockFaultProxy::start(upstream.addr).await;
+/// A gateway's config for `upstream` reached through `proxy`, with `limit` on each attempt.
+fn proxied_config(
+    upstream: &crate::harness::Upstream,
+    proxy: &MockFaultProxy,
+    limit: Duration,
+) -> kura_gateway::config::GatewayConfig {
     let keyring = Arc::new(Keyring::generate("test".into()).unwrap());
-    let mut config = gateway_config(&upstream, keyring);
+    let mut config = gateway_config(upstream, keyring);
     let UpstreamConfig::S3 { url, timeout, .. } = &mut config.upstream else {
         unreachable!("the harness's upstream is S3")
     };
     *url = format!("http://{}", proxy.addr);
     *timeout = limit;
+    config
+}
+
+/// [`env_with_timeout`] in front of `upstream`.
+async fn env_over(upstream: crate::harness::Upstream, limit: Duration) -> ProxiedEnv {
+    let proxy = MockFaultProxy::start(upstream.addr).await;
+    let config = proxied_config(&upstream, &proxy, limit);
     let gateway = kura_gateway::server::start(config).await.unwrap();
     let conf = client(gateway.addr, AK, SK)
         .config()
@@ -901,11 +911,32 @@ async fn readiness_needs_valid_credentials_not_the_right_to_list_buckets() {
     assert_eq!(s, 503, "{}", String::from_utf8_lossy(&body));
     tokio::time::sleep(Duration::from_secs(6)).await;
     proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::InvalidAccessKeyId);
-    let (s, _, body) = raw_http("GET", &url, b"").await;
+    let (s, _, _) = raw_http("GET", &url, b"").await;
     assert_eq!(s, 503);
-    assert!(
-        String::from_utf8_lossy(&body).contains("InvalidAccessKeyId"),
-        "{}",
-        String::from_utf8_lossy(&body)
+}
+
+/// Anyone who reaches the S3 port may ask `/readyz` without credentials: it learns only
+/// ready or not. Why not (the upstream's error code, the bucket probed) is for the admin
+/// listener, which the operator keeps to probes and the scraper.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_on_the_s3_port_says_only_not_ready_and_the_admin_listener_says_why() {
+    let (upstream, proxy, gateway, _client) = env().await;
+    proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::InvalidAccessKeyId);
+    let (s, _, body) = raw_http("GET", &format!("http://{}/readyz", gateway.addr), b"").await;
+    assert_eq!(s, 503);
+    assert_eq!(String::from_utf8_lossy(&body), "not ready\n");
+
+    let mut config = proxied_config(
+        &upstream,
+        &proxy,
+        kura_gateway::config::DEFAULT_UPSTREAM_TIMEOUT,
     );
+    config.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    let with_admin = kura_gateway::server::start(config).await.unwrap();
+    proxy.fail_next(Method::GET, is_list_buckets, 1, Fault::InvalidAccessKeyId);
+    let admin = with_admin.admin_addr.unwrap();
+    let (s, _, body) = raw_http("GET", &format!("http://{admin}/readyz"), b"").await;
+    assert_eq!(s, 503);
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("InvalidAccessKeyId"), "{body}");
 }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::error::Result;
 
 pub use retry::DEFAULT_RETRY_FOR;
-pub use s3::{S3Location, S3Storage};
+pub use s3::{S3Location, S3Storage, endpoint_is_protected};
 
 /// The kinds of repository objects, each under its own name prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
