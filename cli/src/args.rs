@@ -478,6 +478,11 @@ pub enum KeysCommand {
         /// Read the object from this file instead of stdin.
         #[arg(long, short)]
         input: Option<PathBuf>,
+        /// Recover an irregular multipart object whose layout trailer was never written (its
+        /// completion failed in the rewrite): its part lengths go unchecked, so a writer of
+        /// the bucket could have put back or appended parts undetected (keys/SPEC.md 8).
+        #[arg(long)]
+        unchecked_part_lengths: bool,
     },
 }
 

@@ -49,6 +49,18 @@ fn secrets(seed: u8) -> ObjectSecrets {
 
 /// Seals `parts` (part number, plaintext); part 1's writer records its size as `P`.
 fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) -> Vec<u8> {
+    seal_upload(cipher, parts, with_trailer, seed, 0)
+}
+
+/// [`seal`] for upload `upload` of each part: the same data key (from `seed`), another part
+/// nonce `R` for each upload, as when a client uploads a part again.
+fn seal_upload(
+    cipher: Cipher,
+    parts: &[(u32, Vec<u8>)],
+    with_trailer: bool,
+    seed: u8,
+    upload: u8,
+) -> Vec<u8> {
     let kr = keyring(KEK, KEY_ID);
     let name = ObjectName::new(BUCKET, KEY).unwrap();
     let s = secrets(seed);
@@ -64,10 +76,15 @@ fn seal(cipher: Cipher, parts: &[(u32, Vec<u8>)], with_trailer: bool, seed: u8) 
             s.header_for_vectors(&kr, &name, cipher, p, [seed; 12])
         });
         body.extend(
-            PartSealer::for_vectors(&pk, *n, header, [seed.wrapping_add(*n as u8); 8])
-                .unwrap()
-                .run(data)
-                .unwrap(),
+            PartSealer::for_vectors(
+                &pk,
+                *n,
+                header,
+                [seed.wrapping_add(*n as u8).wrapping_add(upload); 8],
+            )
+            .unwrap()
+            .run(data)
+            .unwrap(),
         );
     }
     if with_trailer {
@@ -106,6 +123,12 @@ struct Vector {
     body: Vec<u8>,
     plaintext: Option<Vec<u8>>,
     range: Option<(usize, usize)>,
+    /// For a vector whose whole read fails: the plaintext a read of `range` returns
+    /// (SPEC 8, "What each read checks").
+    range_returns: Option<Vec<u8>>,
+    /// For a vector whose whole read fails only on its part lengths: the plaintext of a
+    /// walk that leaves them unchecked (SPEC 6.3, recovery).
+    unchecked: Option<Vec<u8>>,
     kek: [u8; 32],
     key_id: u64,
     bucket: &'static str,
@@ -130,6 +153,8 @@ fn ok(
         body,
         plaintext: Some(plain),
         range,
+        range_returns: None,
+        unchecked: None,
         kek: KEK,
         key_id: KEY_ID,
         bucket: BUCKET,
@@ -146,6 +171,8 @@ fn bad(file: &'static str, expect: &'static str, comment: &str, body: Vec<u8>) -
         body,
         plaintext: None,
         range: None,
+        range_returns: None,
+        unchecked: None,
         kek: KEK,
         key_id: KEY_ID,
         bucket: BUCKET,
@@ -172,6 +199,14 @@ fn write(dir: &Path, v: &Vector) {
             writeln!(text, "range: {a}-{b}").unwrap();
             writeln!(text, "range-sha256: {}", hex_sha(&p[a..=b])).unwrap();
         }
+    }
+    if let (None, Some((a, b)), Some(r)) = (&v.plaintext, v.range, &v.range_returns) {
+        writeln!(text, "range: {a}-{b}").unwrap();
+        writeln!(text, "range-expect: ok").unwrap();
+        writeln!(text, "range-sha256: {}", hex_sha(r)).unwrap();
+    }
+    if let Some(u) = &v.unchecked {
+        writeln!(text, "unchecked-plaintext-sha256: {}", hex_sha(u)).unwrap();
     }
     if let Some(m) = &v.meta {
         let pairs = |p: &[(String, String)]| {
@@ -464,12 +499,6 @@ fn main() {
             base[..base.len() - 10].to_vec(),
         ),
         bad(
-            "fail-truncated-at-boundary",
-            "truncated",
-            "last segment dropped whole",
-            base[..h + 2 * full].to_vec(),
-        ),
-        bad(
             "fail-trailer-tampered",
             "tampered-segment",
             "a byte of the trailer's sealed table flipped",
@@ -504,6 +533,7 @@ fn main() {
     );
     wrong.kek = [0x22; 32];
     vectors.extend([moved, unknown, wrong]);
+    vectors.extend(read_scope_vectors(&base));
     vectors.extend(metadata_vectors());
     for v in &vectors {
         write(dir, v);
@@ -592,6 +622,91 @@ fn metadata_vectors() -> Vec<Vector> {
                 shown: Vec::new(),
             },
         ),
+    ]
+}
+
+/// SPEC 8, "What each read checks": bodies a writer of the bucket assembled from authentic
+/// pieces. A whole read fails on each; where a range read cannot see the change, the vector
+/// says what it returns.
+fn read_scope_vectors(base: &[u8]) -> Vec<Vector> {
+    let seg = SEGMENT_SIZE;
+    let (h, full) = (HEADER_SIZE, FULL_SEGMENT_SIZE);
+    let aes = Cipher::Aes256Gcm;
+    let three = [
+        (1, plaintext(2 * seg, 10)),
+        (2, plaintext(2 * seg, 11)),
+        (3, plaintext(50_000, 12)),
+    ];
+    let upload1 = seal_upload(aes, &three, false, 20, 0);
+    // The client uploaded part 2 twice, the first time with other contents.
+    let mut again = three.clone();
+    again[1].1 = plaintext(2 * seg, 21);
+    let upload0 = seal_upload(aes, &again, false, 20, 100);
+    let mut mixed = upload1.clone();
+    mixed[h + 3 * full..h + 4 * full].copy_from_slice(&upload0[h + 3 * full..h + 4 * full]);
+    let mut mixed = bad(
+        "fail-segment-of-an-earlier-upload",
+        "tampered-segment",
+        "part 2's segment 1 from an earlier upload of part 2 (same data key, another R); a \
+         range inside that segment reads the earlier upload's plaintext",
+        mixed,
+    );
+    mixed.range = Some((3 * seg + 5, 3 * seg + 1004));
+    mixed.range_returns = Some(again[1].1[seg + 5..=seg + 1004].to_vec());
+
+    // An earlier upload of part 2 that was one segment long.
+    let mut shorter = three.clone();
+    shorter[1].1 = plaintext(seg, 22);
+    let short_upload = seal_upload(aes, &shorter, false, 20, 100);
+    let mut another_length = upload1[..h + 2 * full].to_vec();
+    another_length.extend_from_slice(&short_upload[h + 2 * full..h + 3 * full]);
+    another_length.extend_from_slice(&upload1[h + 4 * full..]);
+
+    // A part 3 the client uploaded but left out of a completion of parts 1 and 2.
+    let two = [(1, plaintext(2 * seg, 10)), (2, plaintext(50_000, 12))];
+    let mut appended = seal_upload(aes, &two, false, 20, 0);
+    let left_out = seal_upload(aes, &three, false, 20, 100);
+    appended.extend_from_slice(&left_out[h + 4 * full..]);
+
+    let mut cut = bad(
+        "fail-truncated-at-boundary",
+        "truncated",
+        "last segment dropped whole; a range in segment 0 does not reach the cut",
+        base[..h + 2 * full].to_vec(),
+    );
+    cut.range = Some((0, 99));
+    cut.range_returns = Some(plaintext(2 * seg + 100, 1)[..100].to_vec());
+    // An irregular completion whose trailer rewrite failed (SPEC 6.3).
+    let irregular = [
+        (1, plaintext(70_000, 23)),
+        (2, plaintext(seg, 24)),
+        (3, plaintext(10, 25)),
+    ];
+    let mut untrailered = bad(
+        "fail-irregular-without-trailer",
+        "tampered-segment",
+        "parts of 70000, 65536 and 10 bytes, no trailer: P = 70000 is not a multiple of \
+         64 KiB and part 2 is not P long; recovery leaves part lengths unchecked",
+        seal_upload(aes, &irregular, false, 20, 0),
+    );
+    untrailered.unchecked = Some(irregular.into_iter().flat_map(|(_, d)| d).collect());
+    vec![
+        untrailered,
+        mixed,
+        bad(
+            "fail-part-of-another-length",
+            "tampered-segment",
+            "no trailer, P = 128 KiB: part 2 is an earlier upload of part 2 that held 64 KiB",
+            another_length,
+        ),
+        bad(
+            "fail-part-appended",
+            "tampered-segment",
+            "no trailer, P = 128 KiB: parts 1 and 2 (shorter than P), then a part 3 that was \
+             uploaded but left out of the completion",
+            appended,
+        ),
+        cut,
     ]
 }
 

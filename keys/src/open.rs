@@ -57,6 +57,11 @@ pub struct BodyOpener {
     trailer_expected: Option<bool>,
     /// The parts the body must hold, when the caller has read its trailer already.
     parts_expected: Option<Vec<PartInfo>>,
+    /// `P` of the verified header (SPEC 6.2): without a trailer, every part but the last
+    /// holds exactly `P` bytes and the last at most `P`. `None` leaves lengths unchecked.
+    part_size: Option<u64>,
+    /// Set by [`BodyOpener::unchecked_part_lengths`]: the header's `P` is not taken.
+    lengths_unchecked: bool,
     consumed: u64,
 }
 
@@ -100,6 +105,28 @@ impl BodyOpener {
         self
     }
 
+    /// Tells an opener made by [`BodyOpener::after_header`] the verified header's `P`, so
+    /// that a body without a trailer whose parts are not `P` bytes long (but the last, at
+    /// most `P`) fails: an earlier upload of a part with another length put back, or a part
+    /// left out of the completion appended (SPEC 5.2).
+    #[must_use]
+    pub fn expect_part_size(mut self, part_size: u64) -> Self {
+        self.part_size = Some(part_size);
+        self.lengths_unchecked = false;
+        self
+    }
+
+    /// Leaves the part lengths of a body without a trailer unchecked: only for recovering
+    /// an irregular object whose layout trailer was never written (a completion whose
+    /// rewrite failed, SPEC 6.3). A writer of the bucket can then put back an earlier
+    /// upload of a part with another length, or append a part, undetected.
+    #[must_use]
+    pub fn unchecked_part_lengths(mut self) -> Self {
+        self.part_size = None;
+        self.lengths_unchecked = true;
+        self
+    }
+
     fn with_stage(stage: Stage, consumed: u64) -> Self {
         Self {
             stage,
@@ -110,8 +137,16 @@ impl BodyOpener {
             gaps: false,
             trailer_expected: None,
             parts_expected: None,
+            part_size: None,
+            lengths_unchecked: false,
             consumed,
         }
+    }
+
+    /// Whether a body without a trailer may hold a part of `len` bytes (so far, or in
+    /// all and with another part after it when `complete_and_not_last`).
+    fn fits_part_size(&self, len: u64, complete_and_not_last: bool) -> bool {
+        fits(self.part_size, len, complete_and_not_last)
     }
 
     /// The parts read, once [`Transform::finish`] succeeded.
@@ -150,6 +185,9 @@ impl BodyOpener {
         };
         let verified = parsed
             .and_then(|h| ObjectName::new(bucket, key).and_then(|name| h.verify(keyring, &name)))?;
+        if !self.lengths_unchecked {
+            self.part_size = Some(verified.header().part_size());
+        }
         self.stage = Stage::Segments {
             key: verified.into_payload_key(),
         };
@@ -201,6 +239,15 @@ impl BodyOpener {
                 if self.parts.last().is_some_and(|p| p.len == 0) {
                     return Err(Error::Malformed("an empty part that is not the last"));
                 }
+                let no_trailer = self.trailer_expected == Some(false);
+                if no_trailer
+                    && !self
+                        .parts
+                        .last()
+                        .is_none_or(|p| self.fits_part_size(p.len, true))
+                {
+                    return Err(expected.tampered());
+                }
                 if self
                     .parts_expected
                     .as_ref()
@@ -226,6 +273,7 @@ impl BodyOpener {
 
     /// Opens one complete segment and appends its plaintext to `out`.
     fn open_unit(&mut self, prefix: Prefix, unit: &[u8], out: &mut Output) -> Result<()> {
+        let limit = (self.trailer_expected == Some(false)).then_some(self.part_size);
         let (Prefix::Segment { last, len, .. }, Some(cur)) = (prefix, self.current.as_mut()) else {
             return Err(Error::Malformed("segment without a part"));
         };
@@ -245,6 +293,9 @@ impl BodyOpener {
             if through > want.len || (last && through != want.len) {
                 return Err(id.tampered());
             }
+        }
+        if limit.is_some_and(|p| !fits(p, cur.len + len as u64, false)) {
+            return Err(id.tampered());
         }
         let (head, sealed) = unit.split_at(SEGMENT_PREFIX_SIZE);
         // Decrypted straight from the input into `out`: no copy of the ciphertext first.
@@ -376,8 +427,35 @@ impl BodyOpener {
                     index: 0,
                 })
             }
-            _ => Ok(()),
+            _ => self.check_part_lengths(),
         }
+    }
+
+    /// SPEC 5.2 for a body that ended without a trailer: every part but the last holds
+    /// `P` bytes, the last at most `P`.
+    fn check_part_lengths(&self) -> Result<()> {
+        let (last, rest) = self.parts.split_last().ok_or(Error::Truncated)?;
+        let bad = rest
+            .iter()
+            .find(|p| !self.fits_part_size(p.len, true))
+            .or_else(|| (!self.fits_part_size(last.len, false)).then_some(last));
+        match bad {
+            Some(p) => Err(Error::TamperedSegment {
+                part: p.number,
+                index: 0,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// [`BodyOpener::fits_part_size`] for a part size hint `part_size` (`None`: unchecked).
+fn fits(part_size: Option<u64>, len: u64, complete_and_not_last: bool) -> bool {
+    match part_size {
+        None => true,
+        Some(0) => !complete_and_not_last,
+        Some(p) if complete_and_not_last => len == p,
+        Some(p) => len <= p,
     }
 }
 

@@ -21,6 +21,8 @@ pub struct ObjectReader<R> {
     /// for an irregular body without a trailer, which can only be walked (SPEC 6.3).
     layout: Option<Layout>,
     body_len: u64,
+    /// `P` of the verified header; `None` once part lengths go unchecked.
+    part_size: Option<u64>,
 }
 
 fn read_exact_at<R: Read + Seek>(src: &mut R, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -57,6 +59,7 @@ impl<R: Read + Seek> ObjectReader<R> {
             key,
             layout,
             body_len,
+            part_size: Some(part_size),
         };
         if let Some(layout) = &reader.layout
             && !boundaries_agree(&mut reader.src, layout)?
@@ -64,6 +67,15 @@ impl<R: Read + Seek> ObjectReader<R> {
             reader.layout = None;
         }
         Ok(reader)
+    }
+
+    /// Walks leave the part lengths of a body without a trailer unchecked (see
+    /// [`BodyOpener::unchecked_part_lengths`]): only for recovering an irregular object
+    /// whose layout trailer was never written.
+    #[must_use]
+    pub fn unchecked_part_lengths(mut self) -> Self {
+        self.part_size = None;
+        self
     }
 
     /// The object's plaintext size, when known without walking the body.
@@ -106,6 +118,10 @@ impl<R: Read + Seek> ObjectReader<R> {
     /// Any error of SPEC 5.2 or 5.3.
     pub fn read_all(&mut self, out: &mut impl Write) -> Result<()> {
         let mut opener = BodyOpener::after_header(self.key.duplicate());
+        opener = match self.part_size {
+            Some(p) => opener.expect_part_size(p),
+            None => opener.unchecked_part_lengths(),
+        };
         if self.layout.is_some() {
             let trailer = matches!(plaintext_size(self.body_len), Ok(SizeInfo::Trailer));
             opener = opener.expect_trailer(trailer);

@@ -333,10 +333,12 @@ fn byte_at_a_time_input_opens() {
     assert_eq!(&out[..], &data[..]);
 }
 
-/// An irregular body whose trailer was never written still opens by walking (SPEC 6.3),
-/// both front to back and for a range.
+/// An irregular body whose trailer was never written (its completion failed before the
+/// rewrite) has parts that are not `P` long, which SPEC 5.2 refuses, so that a part put
+/// back from an earlier upload of another length cannot pass (SPEC 6.3); a reader asked to
+/// leave part lengths unchecked recovers it, front to back and for a range.
 #[test]
-fn irregular_body_without_trailer_is_walked() {
+fn an_irregular_body_without_its_trailer_opens_only_with_lengths_unchecked() {
     let kr = Arc::new(keyring());
     let d = pseudo_random(70_000 + 65_536 + 10, 4);
     let body = seal_multipart(
@@ -351,7 +353,15 @@ fn irregular_body_without_trailer_is_walked() {
         ],
         false,
     );
-    assert_eq!(open_all(&kr, &body).unwrap(), d);
+    assert!(matches!(
+        open_all(&kr, &body),
+        Err(kura_keys::Error::TamperedSegment { part: 2, .. })
+    ));
+    let unchecked = BodyOpener::new(kr.clone(), "b".into(), "k".into())
+        .unchecked_part_lengths()
+        .run(&body)
+        .unwrap();
+    assert_eq!(unchecked, d);
     let name = ObjectName::new("b", "k").unwrap();
     let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name).unwrap();
     assert_eq!(
@@ -359,15 +369,20 @@ fn irregular_body_without_trailer_is_walked() {
         None,
         "the size of an untrailered irregular body is unknown"
     );
+    assert!(r.read_range(69_990, 70_010, &mut Vec::new()).is_err());
+    let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name)
+        .unwrap()
+        .unchecked_part_lengths();
     let mut out = Vec::new();
     r.read_range(69_990, 70_010, &mut out).unwrap();
     assert_eq!(out, &d[69_990..=70_010]);
 }
 
 /// Aligned parts of unequal sizes: the size is right but the part size hint is not; the
-/// reader notices at the part boundary and walks.
+/// reader notices at the part boundary and walks, and the walk refuses part 2 (not `P`
+/// long) unless part lengths go unchecked.
 #[test]
-fn aligned_unequal_parts_without_trailer_are_walked() {
+fn aligned_unequal_parts_without_trailer_open_only_with_lengths_unchecked() {
     let kr = Arc::new(keyring());
     let d = pseudo_random(3 * SEG + 5, 8);
     let body = seal_multipart(
@@ -383,10 +398,14 @@ fn aligned_unequal_parts_without_trailer_are_walked() {
         false,
     );
     let name = ObjectName::new("b", "k").unwrap();
+    let (a, b) = (2 * SEG as u64 - 1, 3 * SEG as u64 + 1);
     let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name).unwrap();
+    assert!(r.read_range(a, b, &mut Vec::new()).is_err());
+    let mut r = ObjectReader::open(Cursor::new(&body), &kr, &name)
+        .unwrap()
+        .unchecked_part_lengths();
     let mut out = Vec::new();
-    r.read_range(2 * SEG as u64 - 1, 3 * SEG as u64 + 1, &mut out)
-        .unwrap();
+    r.read_range(a, b, &mut out).unwrap();
     assert_eq!(out, &d[2 * SEG - 1..=3 * SEG + 1]);
 }
 

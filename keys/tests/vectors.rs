@@ -104,13 +104,57 @@ fn check(v: &Vector) -> Result<(), String> {
                 Err(_) => true,
                 Ok(mut r) => r.read_all(&mut Vec::new()).is_err(),
             };
-            if also_fails {
-                Ok(())
-            } else {
-                Err("random access read it without error".into())
+            if !also_fails {
+                return Err("random access read it without error".into());
             }
+            unchecked_walk(v, &kr)?;
+            range_of_a_failing_body(v, &kr)
         }
         (class, Err(e)) => Err(format!("expected {class}, got {} ({e})", e.class())),
+    }
+}
+
+/// A body that fails only on its part lengths opens to `unchecked-plaintext-sha256:` when
+/// they go unchecked (SPEC 6.3, recovery), by the streaming and the random-access reader.
+fn unchecked_walk(v: &Vector, kr: &Arc<Keyring>) -> Result<(), String> {
+    let Some(want) = v.fields.get("unchecked-plaintext-sha256") else {
+        return Ok(());
+    };
+    let (bucket, key) = (&v.fields["bucket"], &v.fields["key"]);
+    let mut opener =
+        BodyOpener::new(kr.clone(), bucket.clone(), key.clone()).unchecked_part_lengths();
+    let mut out = kura_keys::Output::new();
+    opener
+        .update(&v.body, &mut out)
+        .and_then(|()| opener.finish(&mut out))
+        .map_err(|e| format!("unchecked walk: {e}"))?;
+    let name = ObjectName::new(bucket, key).unwrap();
+    let mut all = Vec::new();
+    ObjectReader::open(Cursor::new(&v.body), kr, &name)
+        .and_then(|r| r.unchecked_part_lengths().read_all(&mut all))
+        .map_err(|e| format!("unchecked random access: {e}"))?;
+    if sha(&out) != *want || sha(&all) != *want {
+        return Err("unchecked plaintext hash differs".into());
+    }
+    Ok(())
+}
+
+/// What a range read makes of a body whose whole read fails (`range-expect:`): SPEC 8,
+/// "What each read checks", says which changes a range read cannot see.
+fn range_of_a_failing_body(v: &Vector, kr: &Keyring) -> Result<(), String> {
+    let Some(expect) = v.fields.get("range-expect") else {
+        return Ok(());
+    };
+    let (a, b) = v.fields["range"].split_once('-').unwrap();
+    let name = ObjectName::new(&v.fields["bucket"], &v.fields["key"]).unwrap();
+    let mut part = Vec::new();
+    let got = ObjectReader::open(Cursor::new(&v.body), kr, &name)
+        .and_then(|mut r| r.read_range(a.parse().unwrap(), b.parse().unwrap(), &mut part));
+    match (expect.as_str(), got) {
+        ("ok", Ok(())) if sha(&part) == v.fields["range-sha256"] => Ok(()),
+        ("ok", Ok(())) => Err("range hash differs".into()),
+        (class, Err(e)) if e.class() == class => Ok(()),
+        (class, got) => Err(format!("range read: expected {class}, got {got:?}")),
     }
 }
 

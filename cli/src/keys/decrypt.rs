@@ -70,13 +70,23 @@ pub fn run(
     object: &ObjectArgs,
     range: Option<&str>,
     input: Option<&Path>,
+    unchecked_part_lengths: bool,
 ) -> anyhow::Result<()> {
     let range = range.map(parse_range).transpose()?;
+    if unchecked_part_lengths {
+        eprintln!(
+            "kura: part lengths go unchecked: a writer of the bucket could have put back or \
+             appended parts of this object undetected"
+        );
+    }
     let loaded = file::load(path)?;
     let name = ObjectName::new(&object.bucket, &object.key)?;
     let mut stdout = std::io::stdout().lock();
     let result = if let Some(f) = open_input(input)? {
         let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
+        if unchecked_part_lengths {
+            reader = reader.unchecked_part_lengths();
+        }
         if let Some(r) = &range {
             let (a, b) = match (reader.size(), r) {
                 (Some(size), r) => resolve(r, size)?,
@@ -95,6 +105,9 @@ pub fn run(
     } else {
         let keyring = Arc::new(loaded.keyring);
         let mut opener = BodyOpener::new(keyring, object.bucket.clone(), object.key.clone());
+        if unchecked_part_lengths {
+            opener = opener.unchecked_part_lengths();
+        }
         if let Some(r) = &range {
             return pipe_range(opener, r, &mut stdout);
         }

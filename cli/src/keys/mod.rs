@@ -29,11 +29,13 @@ pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
             object,
             range,
             input,
+            unchecked_part_lengths,
         } => decrypt::run(
             &key_file.key_file,
             &object,
             range.as_deref(),
             input.as_deref(),
+            unchecked_part_lengths,
         ),
     }
 }

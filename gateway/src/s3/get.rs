@@ -153,7 +153,8 @@ async fn get_whole(gw: &Gateway, input: GetObjectInput) -> S3Result<S3Response<G
     )?;
     // With a trailer, its parts table was read for the size: a body whose parts differ
     // from it stops before the first that does, not at the trailer.
-    let opener = BodyOpener::after_header(verified.into_payload_key());
+    let part_size = verified.header().part_size();
+    let opener = BodyOpener::after_header(verified.into_payload_key()).expect_part_size(part_size);
     let opener = match located.map(|l| l.layout.table_parts()) {
         Some(Some(parts)) => opener.expect_parts(parts),
         Some(None) => opener.expect_trailer(true),

@@ -155,6 +155,64 @@ async fn parts_moved_at_rest_are_not_served_in_the_wrong_place() {
     );
 }
 
+/// A bucket writer who kept the ciphertext of a part the client uploaded twice puts the
+/// earlier upload back, when it had another length (SPEC 5.2, issue 23 item 5c). The body
+/// has no trailer (the layout the client completed is regular), its part numbers run 1, 2,
+/// 3 and every segment is authentic, so a walk that checked only the numbers served the
+/// earlier upload's bytes as a complete object; part 2 is not `P` bytes long.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_earlier_upload_of_a_part_with_another_length_put_back_is_not_served() {
+    use crate::multipart::{complete, create, upload};
+    let env = Env::start().await;
+    let parts = [
+        pseudo_random(5 << 20, 51),
+        pseudo_random(5 << 20, 52),
+        pseudo_random(100, 53),
+    ];
+    let id = create(&env.client, "twice").await;
+    let mut done = vec![upload(&env.client, "twice", &id, 1, parts[0].clone()).await];
+    // The first upload of part 2: two segments, kept by whoever can read the upstream.
+    upload(&env.client, "twice", &id, 2, pseudo_random(2 * 65_536, 54)).await;
+    let root = env.stored_path(BUCKET, "x");
+    let root = root.parent().unwrap().parent().unwrap();
+    let earlier = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".part-2"))
+        .map(std::fs::read)
+        .expect("the upstream keeps the part in a file")
+        .unwrap();
+    done.push(upload(&env.client, "twice", &id, 2, parts[1].clone()).await);
+    done.push(upload(&env.client, "twice", &id, 3, parts[2].clone()).await);
+    complete(&env.client, "twice", &id, done).await;
+    assert_eq!(env.get("twice").await, parts.concat());
+
+    let path = env.stored_path(BUCKET, "twice");
+    let stored = std::fs::read(&path).unwrap();
+    let sealed = |n: usize| n + 32 * n.div_ceil(65_536).max(1);
+    let second_at = 164 + sealed(parts[0].len());
+    let third_at = second_at + sealed(parts[1].len());
+    let mut forged = stored[..second_at].to_vec();
+    forged.extend_from_slice(&earlier);
+    forged.extend_from_slice(&stored[third_at..]);
+    std::fs::write(&path, &forged).unwrap();
+    if let Ok(out) = env
+        .client
+        .get_object()
+        .bucket(BUCKET)
+        .key("twice")
+        .send()
+        .await
+    {
+        let r = out.body.collect().await;
+        assert!(
+            r.is_err(),
+            "a body with an earlier upload of part 2 put back was served as complete ({} bytes)",
+            r.map_or(0, |b| b.into_bytes().len())
+        );
+    }
+}
+
 /// A 500, which S3 clients retry; marked as an error that repeats, so that kura's
 /// repository does not.
 #[tokio::test(flavor = "multi_thread")]

@@ -69,7 +69,12 @@ pub(crate) async fn try_complete(
         .await
 }
 
-async fn complete(client: &Client, key: &str, id: &str, parts: Vec<CompletedPart>) -> String {
+pub(crate) async fn complete(
+    client: &Client,
+    key: &str,
+    id: &str,
+    parts: Vec<CompletedPart>,
+) -> String {
     let out = try_complete(client, key, id, parts).await.unwrap();
     out.e_tag().unwrap().to_string()
 }
