@@ -65,7 +65,10 @@ class Upstream:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
-            config=Config(s3={"addressing_style": "path"}),
+            # As for B2 (and the B2-shaped upstream): no checksum headers unless required.
+            config=Config(s3={"addressing_style": "path"},
+                          request_checksum_calculation="when_required",
+                          response_checksum_validation="when_required"),
         )
         # Listings of the upstream itself ask for real names: s3s-fs echoes encoding-type=url
         # without encoding, and botocore would then decode names such as `a+b` wrongly.
@@ -115,6 +118,26 @@ class S3sFs(Upstream):
             stdout=log, stderr=subprocess.STDOUT,
         )
         wait_for_port(self.port, self.proc, "s3s-fs")
+
+
+class B2Shaped(S3sFs):
+    """The default upstream behind a strict front that refuses, with Backblaze B2's error
+    codes, every request B2 would refuse (`--upstream b2-shaped`; s3s-fs-upstream
+    `--b2-shaped`, whose b2_shaped.rs lists the rules)."""
+
+    name = "b2-shaped"
+
+    def __init__(self, work):
+        super().__init__(work)
+        self.version = "s3s-fs 0.14.1 behind B2's S3 rules (s3s-fs-upstream --b2-shaped)"
+
+    def start(self, log):
+        self.proc = subprocess.Popen(
+            [self.binary, "--listen", f"127.0.0.1:{self.port}", "--b2-shaped",
+             "--access-key", self.access_key, "--secret-key", self.secret_key, self.dir],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.proc, "s3s-fs (B2-shaped)")
 
 
 class Garage(Upstream):
@@ -233,4 +256,4 @@ class External(Upstream):
         pass
 
 
-UPSTREAMS = {"s3s-fs": S3sFs, "garage": Garage, "moto": Moto, "external": External}
+UPSTREAMS = {"s3s-fs": S3sFs, "b2-shaped": B2Shaped, "garage": Garage, "moto": Moto, "external": External}

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use kura_keys::{Cipher, Keyring, Layout, PayloadKey};
 use s3s::dto::Timestamp;
 
@@ -41,7 +42,8 @@ pub(crate) type StoredKey = (String, String, Option<String>, String);
 #[derive(Clone)]
 pub struct Gateway {
     pub(crate) upstream: Upstream,
-    pub(crate) keyring: Arc<Keyring>,
+    /// The keys in use; `reload.rs` replaces them when the key file changes.
+    keyring: Arc<ArcSwap<Keyring>>,
     pub(crate) cipher: Cipher,
     pub(crate) credentials: Credentials,
     pub(crate) metrics: Metrics,
@@ -57,9 +59,9 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway over `upstream` with `keyring`, writing new objects with `cipher`.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         upstream: Upstream,
-        keyring: Arc<Keyring>,
+        keyring: Arc<ArcSwap<Keyring>>,
         cipher: Cipher,
         credentials: Credentials,
         metrics: Metrics,
@@ -89,5 +91,11 @@ impl Gateway {
             located,
             unreadable,
         }
+    }
+
+    /// The keys in use now. A request takes them once per use; a reload between two uses
+    /// only adds keys (a rotation keeps the old ones), so both uses open the same objects.
+    pub(crate) fn keys(&self) -> Arc<Keyring> {
+        self.keyring.load_full()
     }
 }

@@ -24,8 +24,10 @@
 //! - [`metrics`]: Prometheus metrics, with the tally of the upstream client's retries.
 //! - [`embedded`]: the embedded default's directory (a recovery contract), and the
 //!   in-process gateway that repository commands start on loopback.
-//! - [`server`]: hyper and TLS, `/healthz`, `/readyz`, `/metrics`, graceful shutdown
-//!   (`server/route.rs`, `admin.rs`, `tls.rs`, `listen.rs`); `chunk_guard` bounds
+//! - [`reload`]: the key file and the TLS certificate read again on SIGHUP and when they
+//!   change, without a restart.
+//! - [`server`]: hyper and TLS (`tls`), `/healthz`, `/readyz`, `/metrics`, graceful shutdown
+//!   (`server/route.rs`, `admin.rs`, `listen.rs`); `chunk_guard` bounds
 //!   aws-chunked chunks before s3s buffers them.
 //!
 //! Nothing lives outside the upstream and the key file: the object header travels in the
@@ -40,6 +42,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod metrics;
 pub mod powers;
+pub mod reload;
 pub mod server;
 pub mod upstream;
 
@@ -51,6 +54,7 @@ mod host;
 mod meta;
 mod object;
 mod s3;
+mod tls;
 mod upload_id;
 
 pub use gateway::Gateway;

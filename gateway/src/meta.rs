@@ -71,7 +71,7 @@ pub(crate) fn metadata_header(
         .map_err(|_| damaged())?;
     let name = ObjectName::new(bucket, key).map_err(keys_error)?;
     let verified = Header::parse(&bytes)
-        .and_then(|h| h.verify(&gw.keyring, &name))
+        .and_then(|h| h.verify(&gw.keys(), &name))
         .map_err(keys_error)?;
     Ok(Some(MetadataHeader { verified, bytes }))
 }

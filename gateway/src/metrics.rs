@@ -34,6 +34,12 @@ struct Inner {
     connections_open: u64,
     connections_refused: u64,
     connections_timed_out: u64,
+    /// Reloads by file (`keys`, `tls`) and result.
+    reloads: BTreeMap<(&'static str, bool), u64>,
+    /// When the key file in use was last modified (Unix seconds), as read when it loaded.
+    key_file_modified: u64,
+    /// The last readiness check's answer (`/readyz`); false until one ran.
+    upstream_ready: bool,
 }
 
 /// Retries by operation name, shared by the upstream's interceptor and the metrics.
@@ -155,6 +161,21 @@ impl Metrics {
         self.with(|m| m.connections_timed_out += 1);
     }
 
+    /// A readiness check (`/readyz`) found the upstream ready, or not.
+    pub(crate) fn upstream_ready(&self, ready: bool) {
+        self.with(|m| m.upstream_ready = ready);
+    }
+
+    /// The key file in use was last modified at `secs` (Unix seconds).
+    pub(crate) fn key_file_modified(&self, secs: u64) {
+        self.with(|m| m.key_file_modified = secs);
+    }
+
+    /// A reload of `file` (`keys` or `tls`) loaded it, or was refused.
+    pub(crate) fn reloaded(&self, file: &'static str, ok: bool) {
+        self.with(|m| *m.reloads.entry((file, ok)).or_default() += 1);
+    }
+
     /// Plaintext bytes received from clients.
     pub fn bytes_in(&self, n: u64) {
         self.with(|m| m.bytes_in += n);
@@ -171,6 +192,7 @@ impl Metrics {
         let mut out = String::new();
         let Ok(m) = self.0.lock() else { return out };
         render_connections(&mut out, &m);
+        render_reloads(&mut out, &m);
         let _ = writeln!(
             out,
             "# HELP kura_requests_total HTTP requests by S3 operation and status.\n# TYPE kura_requests_total counter"
@@ -257,18 +279,50 @@ impl Metrics {
         {
             let _ = writeln!(out, "kura_upstream_retries_total{{operation=\"{op}\"}} {n}");
         }
-        let _ = writeln!(
-            out,
-            "# HELP kura_bytes_in_total Plaintext bytes received from clients.\n# TYPE kura_bytes_in_total counter\nkura_bytes_in_total {}",
-            m.bytes_in
-        );
-        let _ = writeln!(
-            out,
-            "# HELP kura_bytes_out_total Plaintext bytes sent to clients.\n# TYPE kura_bytes_out_total counter\nkura_bytes_out_total {}",
-            m.bytes_out
-        );
+        render_bytes(&mut out, &m);
         out
     }
+}
+
+/// The plaintext byte counters.
+fn render_bytes(out: &mut String, m: &Inner) {
+    let _ = writeln!(
+        out,
+        "# HELP kura_bytes_in_total Plaintext bytes received from clients.\n# TYPE kura_bytes_in_total counter\nkura_bytes_in_total {}",
+        m.bytes_in
+    );
+    let _ = writeln!(
+        out,
+        "# HELP kura_bytes_out_total Plaintext bytes sent to clients.\n# TYPE kura_bytes_out_total counter\nkura_bytes_out_total {}",
+        m.bytes_out
+    );
+}
+
+/// The reload counters, readiness, and when the key file in use last changed.
+fn render_reloads(out: &mut String, m: &Inner) {
+    let _ = writeln!(
+        out,
+        "# HELP kura_reloads_total Reloads of the key file and the TLS certificate, by file and result.\n# TYPE kura_reloads_total counter"
+    );
+    for file in ["keys", "tls"] {
+        for (ok, result) in [(true, "ok"), (false, "failed")] {
+            let n = m.reloads.get(&(file, ok)).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "kura_reloads_total{{file=\"{file}\",result=\"{result}\"}} {n}"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP kura_upstream_ready Whether the last readiness check (/readyz) found the upstream answering (1) or not (0).\n# TYPE kura_upstream_ready gauge\nkura_upstream_ready {}",
+        u8::from(m.upstream_ready)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP kura_key_file_modified_timestamp_seconds When the key file in use was last modified, in Unix seconds (0: no key file is watched).\n# TYPE kura_key_file_modified_timestamp_seconds gauge\nkura_key_file_modified_timestamp_seconds {}",
+        m.key_file_modified
+    );
 }
 
 /// The connection gauge and counters.

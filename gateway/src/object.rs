@@ -231,7 +231,7 @@ pub(crate) async fn try_locate(
     let bytes = collect(head.body, HEADER_SIZE).await.map_err(Upstream)?;
     let name = ObjectName::new(bucket, key).map_err(format)?;
     let verified = Header::parse(&bytes)
-        .and_then(|h| h.verify(&gw.keyring, &name))
+        .and_then(|h| h.verify(&gw.keys(), &name))
         .map_err(format)?;
     let part_size = verified.header().part_size();
     let commitment = verified.secrets().commitment();
@@ -303,7 +303,7 @@ pub(crate) async fn verify_body_header(
     let (head, rest, blob) = crate::body::read_prefix(blob, HEADER_SIZE).await?;
     let name = ObjectName::new(bucket, key).map_err(keys_error)?;
     let verified = Header::parse(&head)
-        .and_then(|h| h.verify(&gw.keyring, &name))
+        .and_then(|h| h.verify(&gw.keys(), &name))
         .map_err(keys_error)?;
     Ok((verified, rest, blob))
 }

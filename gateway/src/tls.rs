@@ -1,4 +1,5 @@
-//! TLS for the S3 listener: the certificate and key files, read into a rustls acceptor.
+//! TLS for the S3 listener: the certificate and key files, read into a rustls acceptor
+//! (at start by `server`, again on a reload by `reload`).
 
 use std::sync::Arc;
 
@@ -7,8 +8,8 @@ use tokio_rustls::rustls;
 
 use crate::config::TlsFiles;
 
-/// The acceptor for `files`; the error is the message of [`super::ServerError::Tls`].
-pub(super) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
+/// The acceptor for `files`; the error is the message of [`crate::server::ServerError::Tls`].
+pub(crate) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
     let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
     let cert_pem = read(&files.cert)?;
     let key_pem = read(&files.key)?;

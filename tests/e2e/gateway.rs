@@ -295,3 +295,91 @@ fn debug_logs_carry_no_signatures() {
     assert!(!log.contains(&signature), "{log}");
     assert!(!log.to_ascii_lowercase().contains("signature="), "{log}");
 }
+
+/// Polls `log` until it holds `count` lines containing `what`, for up to `secs` seconds.
+fn wait_for_log(log: &std::path::Path, what: &str, count: usize, secs: u64) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.matches(what).count() >= count || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A key rotation reaches a running gateway without a restart: on SIGHUP, and by itself
+/// when the key file changes (as Kubernetes updates a mounted Secret); a broken key file is
+/// refused and the keys in use stay. The log is JSON, one object per line, with no secret.
+#[test]
+fn the_key_file_reloads_on_sighup_and_on_change_and_a_broken_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let log_path = dir.path().join("gateway.log");
+    let mut child = embedded_gateway(&dir.path().join("data"), port)
+        .args(["--log-format", "json"])
+        .env("KURA_ACCESS_KEY_ID", "reload-ak")
+        .env("KURA_SECRET_ACCESS_KEY", "reload-secret-0123456789")
+        .env_remove("KURA_KEY_PASSPHRASE")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_ready(port, &mut child);
+    let key_file = dir.path().join("data").join("kura-keys.toml");
+    let rotate = || {
+        let out = Command::new(kura_bin())
+            .args(["keys", "rotate", "--key-file"])
+            .arg(&key_file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    rotate();
+    Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let log = wait_for_log(&log_path, "key file reloaded", 1, 5);
+    assert!(log.contains("\"why\":\"SIGHUP\""), "{log}");
+    // No signal: the changed bytes are noticed within the poll interval (10 s).
+    rotate();
+    let log = wait_for_log(&log_path, "key file reloaded", 2, 25);
+    assert!(log.contains("\"why\":\"changed\""), "{log}");
+    std::fs::write(&key_file, "version = 1\nactive = \"not a key id\"\n").unwrap();
+    let log = wait_for_log(&log_path, "key file not reloaded", 1, 25);
+    assert!(log.contains("the keys in use stay"), "{log}");
+    let ready = http_get(port, "/readyz").unwrap();
+    assert!(ready.starts_with("HTTP/1.1 200"), "still serving: {ready}");
+    let metrics = http_get(port, "/metrics").unwrap();
+    assert!(
+        metrics.contains("kura_reloads_total{file=\"keys\",result=\"ok\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kura_reloads_total{file=\"keys\",result=\"failed\"} 1"),
+        "{metrics}"
+    );
+    assert!(stop(child).success());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    for line in log.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(
+        log.lines().filter(|l| l.starts_with('{')).count() >= 4,
+        "{log}"
+    );
+    assert!(
+        !log.contains("reload-secret-0123456789"),
+        "no secret in the log"
+    );
+}

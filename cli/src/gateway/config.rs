@@ -39,7 +39,11 @@ fn load_keyring(path: &std::path::Path) -> anyhow::Result<Keyring> {
     crate::keys::load_key_file(path)
 }
 
-pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfig> {
+/// The checked config, and the key file its keys came from (which the gateway reloads).
+pub fn build(
+    args: GatewayArgs,
+    file: FileConfig,
+) -> anyhow::Result<(GatewayConfig, std::path::PathBuf)> {
     let listen = args
         .listen
         .or(file.listen)
@@ -91,6 +95,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
             bail!("KURA_SECRET_ACCESS_KEY is set without KURA_ACCESS_KEY_ID: the two go together")
         }
     }
+    let key_path = key_path(&args, &file, key_file.as_ref(), upstream_url.as_ref());
     let (upstream, keyring, generated) =
         upstream_and_keyring(&args, &file, upstream_url, key_file, credentials.is_empty())?;
     credentials.extend(generated);
@@ -126,7 +131,7 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         Some(secs) => limits.idle_timeout = Duration::from_secs(secs),
         None => {}
     }
-    Ok(GatewayConfig {
+    let config = GatewayConfig {
         listen,
         admin_listen,
         upstream,
@@ -136,6 +141,41 @@ pub fn build(args: GatewayArgs, file: FileConfig) -> anyhow::Result<GatewayConfi
         tls,
         virtual_host_domain: args.virtual_host_domain.or(file.virtual_host_domain),
         limits,
+    };
+    Ok((config, key_path))
+}
+
+/// The key file the gateway's keys come from: the one named, else the embedded default's.
+fn key_path(
+    args: &GatewayArgs,
+    file: &FileConfig,
+    named: Option<&std::path::PathBuf>,
+    upstream_url: Option<&String>,
+) -> std::path::PathBuf {
+    match (
+        named,
+        upstream_url,
+        args.data_dir.as_ref().or(file.data_dir.as_ref()),
+    ) {
+        (Some(path), _, _) => path.clone(),
+        (None, None, Some(dir)) => EmbeddedDir::new(dir).default_key_file(),
+        // upstream_and_keyring refuses these.
+        (None, _, _) => std::path::PathBuf::new(),
+    }
+}
+
+/// How the gateway reads its key file again (`kura_gateway::reload`): as at start, with a
+/// sealed file's passphrase from `KURA_KEY_PASSPHRASE` (no terminal to ask at then).
+pub fn key_loader() -> kura_gateway::reload::KeyLoader {
+    Arc::new(|path: &std::path::Path| {
+        let text = std::fs::read_to_string(path)
+            .map(zeroize::Zeroizing::new)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let sealed = kura_keys::keyfile::is_sealed(&text).map_err(|e| e.to_string())?;
+        if sealed && std::env::var_os("KURA_KEY_PASSPHRASE").is_none() {
+            return Err("the key file is sealed and KURA_KEY_PASSPHRASE is not set".into());
+        }
+        load_keyring(path).map_err(|e| format!("{e:#}"))
     })
 }
 

@@ -1,6 +1,7 @@
 //! `kura gateway`: raw flags and config file become a checked `GatewayConfig`
 //! (`config.rs`; the embedded default's directory is `kura_gateway::embedded`), then the
-//! gateway serves until SIGINT or SIGTERM and drains in-flight requests.
+//! gateway serves until SIGINT or SIGTERM and drains in-flight requests, reading its key
+//! file and TLS certificate again on SIGHUP and when they change.
 
 mod config;
 
@@ -27,8 +28,16 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async move {
-        let config = config::build(args, file)?;
-        let running = kura_gateway::server::start(config).await?;
+        let (config, key_file) = config::build(args, file)?;
+        let mut running = kura_gateway::server::start(config).await?;
+        // A rotated key file or renewed certificate is taken on SIGHUP and when it changes.
+        running.reload_on_change(
+            Some(kura_gateway::reload::KeySource {
+                path: key_file,
+                load: config::key_loader(),
+            }),
+            true,
+        );
         println!("kura gateway: serving S3 on {}", running.addr);
         wait_for_signal().await;
         tracing::info!("shutting down: draining in-flight requests");

@@ -1,15 +1,30 @@
 """Velero-shaped: what Velero's aws plugin does, made by `conformance/velero` (aws-sdk-s3
 from Rust): 5 MiB parts 5 in flight, ranges, delimiter listings, a presigned GET signed
-for the public URL and fetched by a plain HTTP client, deletes."""
+for the public URL and fetched by a plain HTTP client, deletes. Region, path style and key
+prefix are those of deploy/velero/backupstoragelocation.yaml, the BackupStorageLocation
+that deploy/README.md tells operators to apply, so the recipe and this test cannot drift
+apart; only the addresses are the test's."""
 
 import re
 import subprocess
+
+import yaml
 
 from ..context import random_file
 from ..upstreams import ROOT
 
 CLIENT = "velero"
 BINARY = ROOT / "target" / "release" / "velero-scenario"
+BSL = ROOT / "deploy" / "velero" / "backupstoragelocation.yaml"
+
+
+def bsl_settings():
+    """The flags of velero-scenario that the BackupStorageLocation decides."""
+    spec = yaml.safe_load(BSL.read_text())["spec"]
+    config = spec["config"]
+    return ["--region", config["region"],
+            "--path-style", str(config.get("s3ForcePathStyle", "false")).lower(),
+            "--prefix", spec["objectStorage"].get("prefix", "")]
 
 
 def version(ctx):
@@ -26,7 +41,7 @@ def run(ctx):
     tarball = random_file(ctx.work / "velero" / "nightly-1.tar.gz", 4 * 5 * 1024 * 1024 + 1_234_567, seed=11)
     proc = subprocess.run(
         [BINARY, "--endpoint", ctx.gateway_url, "--public-url", ctx.public_url, "--bucket", bucket,
-         "--tarball", tarball],
+         "--tarball", tarball, *bsl_settings()],
         env=ctx.client_env(), capture_output=True, text=True, timeout=600,
     )
     steps = 0
@@ -41,4 +56,6 @@ def run(ctx):
     if steps == 0:
         ctx.record(CLIENT, "run", False, f"exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     with ctx.step(CLIENT, "upstream holds only ciphertext"):
-        ctx.assert_only_ciphertext(bucket, samples={"backups/nightly-1/nightly-1.tar.gz": tarball})
+        prefix = yaml.safe_load(BSL.read_text())["spec"]["objectStorage"].get("prefix", "")
+        key = f"{prefix}/backups/nightly-1/nightly-1.tar.gz".lstrip("/")
+        ctx.assert_only_ciphertext(bucket, samples={key: tarball})

@@ -178,7 +178,7 @@ pub(super) async fn complete(
     let mut input = req.input;
     check_key(&input.key)?;
     let (upstream_id, secrets, cipher) =
-        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+        upload_id::decode(&gw.keys(), &input.bucket, &input.key, &input.upload_id)?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     check_part_order(&input)?;
     let parts = input

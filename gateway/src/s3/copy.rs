@@ -124,13 +124,11 @@ pub(super) async fn copy_object(
     let (verified, rest, blob) =
         verify_body_header(gw, &src_bucket, &src_key, got.body.take()).await?;
     let dst_name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
-    let new_header = verified
-        .rewrap(&gw.keyring, &dst_name)
-        .map_err(keys_error)?;
+    let new_header = verified.rewrap(&gw.keys(), &dst_name).map_err(keys_error)?;
     let cipher = verified.header().cipher();
     let secrets = verified.secrets();
     let meta_header = secrets
-        .header(&gw.keyring, &dst_name, cipher, 0)
+        .header(&gw.keys(), &dst_name, cipher, 0)
         .map_err(keys_error)?;
     let user = if replace {
         input.metadata.take()
@@ -306,7 +304,7 @@ pub(super) async fn upload_part_copy(
     let (src_bucket, src_key, src_version) = source(&input.copy_source)?;
     check_key(&src_key)?;
     let (upstream_id, secrets, cipher) =
-        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+        upload_id::decode(&gw.keys(), &input.bucket, &input.key, &input.upload_id)?;
     let part = u32::try_from(input.part_number)
         .ok()
         .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
@@ -378,7 +376,7 @@ pub(super) async fn upload_part_copy(
         let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
         Some(
             secrets
-                .header(&gw.keyring, &name, cipher, len)
+                .header(&gw.keys(), &name, cipher, len)
                 .map_err(keys_error)?,
         )
     } else {

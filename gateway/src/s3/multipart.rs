@@ -32,7 +32,7 @@ pub(super) async fn create(
     let secrets = kura_keys::ObjectSecrets::generate().map_err(keys_error)?;
     // The metadata's header copy lets HEAD open the metadata; its P is not known yet.
     let meta_header = secrets
-        .header(&gw.keyring, &name, gw.cipher, 0)
+        .header(&gw.keys(), &name, gw.cipher, 0)
         .map_err(keys_error)?;
     let metadata = seal_metadata(&secrets, gw.cipher, &meta_header, input.metadata.take())?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -57,14 +57,8 @@ pub(super) async fn create(
         .upload_id
         .clone()
         .ok_or_else(|| s3_error!(InternalError, "upstream gave no upload ID"))?;
-    let client_id = upload_id::encode(
-        &gw.keyring,
-        &bucket,
-        &key,
-        &upstream_id,
-        &secrets,
-        gw.cipher,
-    )?;
+    let client_id =
+        upload_id::encode(&gw.keys(), &bucket, &key, &upstream_id, &secrets, gw.cipher)?;
     let output = CreateMultipartUploadOutput {
         bucket: Some(bucket),
         key: Some(key),
@@ -86,7 +80,7 @@ pub(super) async fn upload_part(
     } = req;
     check_key(&input.key)?;
     let (upstream_id, secrets, cipher) =
-        upload_id::decode(&gw.keyring, &input.bucket, &input.key, &input.upload_id)?;
+        upload_id::decode(&gw.keys(), &input.bucket, &input.key, &input.upload_id)?;
     let part = u32::try_from(input.part_number)
         .ok()
         .filter(|p| (1..=kura_keys::format::MAX_PART_NUMBER).contains(p))
@@ -97,7 +91,7 @@ pub(super) async fn upload_part(
         let name = ObjectName::new(&input.bucket, &input.key).map_err(keys_error)?;
         Some(
             secrets
-                .header(&gw.keyring, &name, cipher, plaintext_len)
+                .header(&gw.keys(), &name, cipher, plaintext_len)
                 .map_err(keys_error)?,
         )
     } else {

@@ -39,7 +39,7 @@ pub(super) async fn put_object(
     let plaintext_len = expect.len;
     let secrets = ObjectSecrets::generate().map_err(keys_error)?;
     let header = secrets
-        .header(&gw.keyring, &name, gw.cipher, 0)
+        .header(&gw.keys(), &name, gw.cipher, 0)
         .map_err(keys_error)?;
     let payload = Arc::new(secrets.payload_key(gw.cipher));
     let sealer = PartSealer::new(&payload, 1, Some(header)).map_err(keys_error)?;

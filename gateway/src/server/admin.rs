@@ -87,6 +87,7 @@ impl Admin {
         if let Err(why) = &answer {
             tracing::warn!(%why, "the upstream is not ready");
         }
+        self.metrics.upstream_ready(answer.is_ok());
         *last = Some((Instant::now(), answer.clone()));
         answer
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
@@ -88,7 +89,7 @@ fn refuse(socket: TcpStream, slot: Slot) {
 pub(super) async fn accept_loop(
     listener: TcpListener,
     app: App,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<ArcSwap<TlsAcceptor>>>,
     admin_only: bool,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -162,7 +163,8 @@ pub(super) async fn accept_loop(
                 });
             }
             Some(acceptor) => {
-                let acceptor = acceptor.clone();
+                // The certificate in use now (`reload.rs` may replace it).
+                let acceptor = TlsAcceptor::clone(&acceptor.load());
                 let conn = conn.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {

@@ -5,7 +5,6 @@
 //!
 //! - `route.rs`: one request, from hyper to s3s or an admin endpoint and back.
 //! - `admin.rs`: `/healthz`, `/readyz`, `/metrics`.
-//! - `tls.rs`: the certificate and key, as a rustls acceptor.
 //! - `listen.rs`: the accept loop, its connection cap and time limits, and the drain on
 //!   shutdown.
 //! - `idle.rs`: the idle timeouts of request bodies and of responses a client stops reading.
@@ -15,11 +14,12 @@ mod admin;
 mod idle;
 mod listen;
 mod route;
-mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+use kura_keys::Keyring;
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -34,6 +34,7 @@ use crate::credentials::Credentials;
 use crate::error::CredentialsError;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
+use crate::reload::{KeySource, Reloader};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// The largest XML request body read (CompleteMultipartUpload of 10,000 parts with
@@ -80,9 +81,42 @@ pub struct Running {
     pub metrics: Metrics,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    keyring: Arc<ArcSwap<Keyring>>,
+    tls: Option<(
+        crate::config::TlsFiles,
+        Arc<ArcSwap<tokio_rustls::TlsAcceptor>>,
+    )>,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl Running {
+    /// Reloads the key file (`keys`) and the TLS certificate and key, when given, whenever
+    /// their bytes change, and on SIGHUP with `on_sighup`, until shutdown (`reload.rs`).
+    pub fn reload_on_change(&mut self, keys: Option<KeySource>, on_sighup: bool) {
+        let reloader = Arc::new(Reloader::new(
+            keys.map(|k| (k, self.keyring.clone())),
+            self.tls.clone(),
+            self.metrics.clone(),
+        ));
+        self.tasks.push(tokio::spawn(crate::reload::run(
+            reloader.clone(),
+            on_sighup,
+            self.stop.subscribe(),
+        )));
+        self.reloader = Some(reloader);
+    }
+
+    /// Reloads now, as SIGHUP does, once [`Running::reload_on_change`] set up what; returns
+    /// whether every file loaded (a file that did not is refused and logged).
+    pub async fn reload_now(&self) -> bool {
+        let Some(r) = self.reloader.clone() else {
+            return false;
+        };
+        tokio::task::spawn_blocking(move || r.reload("asked"))
+            .await
+            .unwrap_or(false)
+    }
+
     /// Stops accepting, waits for in-flight requests (up to 30 s), and returns.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -90,6 +124,19 @@ impl Running {
             let _ = t.await;
         }
     }
+}
+
+/// s3s's limits: XML bodies of at most [`XML_MAX_BODY_SIZE`]. POST form uploads are refused
+/// before s3s sees them (`post_form_refused`); should one get through, s3s, which reads a
+/// form before any access check, may read next to nothing of it.
+fn s3s_config() -> s3s::config::S3Config {
+    let mut c = s3s::config::S3Config::default();
+    c.xml_max_body_size = XML_MAX_BODY_SIZE;
+    c.post_object_max_file_size = 0;
+    c.form_max_field_size = 4096;
+    c.form_max_fields_size = 16 * 1024;
+    c.form_max_parts = 16;
+    c
 }
 
 /// Builds the gateway, binds its addresses, and serves until [`Running::shutdown`].
@@ -112,9 +159,10 @@ pub async fn start_with_upstream(
     let metrics = Metrics::default();
     let credentials =
         Credentials::new(config.credentials.clone()).map_err(ServerError::Credentials)?;
+    let keyring = Arc::new(ArcSwap::new(config.keyring.clone()));
     let gateway = Gateway::new(
         upstream.clone(),
-        config.keyring.clone(),
+        keyring.clone(),
         config.cipher,
         credentials.clone(),
         metrics.clone(),
@@ -122,17 +170,8 @@ pub async fn start_with_upstream(
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(credentials.clone());
     builder.set_access(credentials);
-    // POST form uploads are refused before s3s sees them (`post_form_refused`); should one
-    // get through, s3s, which reads a form before any access check, may read next to
-    // nothing of it.
-    let mut s3s_config = s3s::config::S3Config::default();
-    s3s_config.xml_max_body_size = XML_MAX_BODY_SIZE;
-    s3s_config.post_object_max_file_size = 0;
-    s3s_config.form_max_field_size = 4096;
-    s3s_config.form_max_fields_size = 16 * 1024;
-    s3s_config.form_max_parts = 16;
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
-        s3s_config,
+        s3s_config(),
     ))));
     let vhost = config
         .virtual_host_domain
@@ -158,7 +197,9 @@ pub async fn start_with_upstream(
     let tls = config
         .tls
         .as_ref()
-        .map(tls::acceptor)
+        .map(|files| {
+            crate::tls::acceptor(files).map(|a| (files.clone(), Arc::new(ArcSwap::from_pointee(a))))
+        })
         .transpose()
         .map_err(ServerError::Tls)?;
     let bind = |addr: SocketAddr| async move {
@@ -175,7 +216,7 @@ pub async fn start_with_upstream(
     let mut tasks = vec![tokio::spawn(accept_loop(
         listener,
         app.clone(),
-        tls,
+        tls.as_ref().map(|(_, a)| a.clone()),
         false,
         config.limits,
         rx.clone(),
@@ -210,5 +251,8 @@ pub async fn start_with_upstream(
         metrics,
         stop,
         tasks,
+        keyring,
+        tls,
+        reloader: None,
     })
 }

@@ -17,6 +17,7 @@ use crate::metrics::RetryTally;
 
 mod counted;
 mod local;
+mod md5;
 mod resume;
 mod retries;
 mod stall;
@@ -133,6 +134,7 @@ impl Upstream {
                         aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(4),
                     )
                     .interceptor(retries::CountRetries(retries.clone()))
+                    .interceptor(md5::Md5InsteadOfChecksums)
                     .interceptor(timeouts::LimitAttempts { limit: *timeout })
                     .http_client(http.clone());
                 if let Some((ak, sk)) = credentials {

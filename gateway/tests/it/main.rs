@@ -22,6 +22,7 @@ mod multipart;
 mod objects;
 mod powers;
 mod presign;
+mod reload;
 mod retry;
 mod server;
 mod vhost;

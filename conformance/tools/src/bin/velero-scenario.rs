@@ -6,8 +6,11 @@
 //! range, lists with and without a delimiter, hands out presigned GET URLs signed for its
 //! `publicUrl` (a host name other than the one it uses itself), and deletes.
 //!
-//! Usage: `velero-scenario --endpoint URL --public-url URL --bucket NAME [--tarball FILE]`,
-//! with the gateway credentials in `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`. The
+//! Usage: `velero-scenario --endpoint URL --public-url URL --bucket NAME [--tarball FILE]
+//! [--region R] [--path-style true|false] [--prefix P]`, the last three as Velero's
+//! BackupStorageLocation gives them (`region`, `s3ForcePathStyle`, `objectStorage.prefix`;
+//! the harness reads them from deploy/velero/backupstoragelocation.yaml), with the gateway
+//! credentials in `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`. The
 //! bucket must exist. The tarball (generated when not given) stays in the bucket at the
 //! end, so that the harness can check what the upstream stored. Prints one line per step,
 //! `ok SECONDS STEP` or `FAIL SECONDS STEP: reason`, and exits non-zero if any step failed;
@@ -39,6 +42,21 @@ struct Args {
     public_url: String,
     bucket: String,
     tarball: Option<String>,
+    region: String,
+    path_style: bool,
+}
+
+/// The BackupStorageLocation's `objectStorage.prefix`, with its slash: Velero writes every
+/// key below it.
+static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn prefix() -> &'static str {
+    PREFIX.get().map_or("", String::as_str)
+}
+
+/// `key` below the BackupStorageLocation's prefix.
+fn key(key: &str) -> String {
+    format!("{}{key}", prefix())
 }
 
 fn parse_args() -> Result<Args> {
@@ -46,6 +64,9 @@ fn parse_args() -> Result<Args> {
     let mut public_url = None;
     let mut bucket = None;
     let mut tarball = None;
+    let mut region = "us-east-1".to_owned();
+    let mut path_style = true;
+    let mut prefix = String::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
@@ -54,6 +75,10 @@ fn parse_args() -> Result<Args> {
             "--public-url" => public_url = Some(value),
             "--bucket" => bucket = Some(value),
             "--tarball" => tarball = Some(value),
+            "--region" => region = value,
+            "--path-style" => path_style = value.parse().context("--path-style true|false")?,
+            "--prefix" if value.is_empty() => {}
+            "--prefix" => prefix = format!("{}/", value.trim_end_matches('/')),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -62,17 +87,20 @@ fn parse_args() -> Result<Args> {
         public_url: public_url.context("--public-url is required")?,
         bucket: bucket.context("--bucket is required")?,
         tarball,
+        region,
+        path_style,
     })
+    .inspect(|_| PREFIX.set(prefix).expect("set once"))
 }
 
-fn client(endpoint: &str) -> Result<Client> {
+fn client(endpoint: &str, args: &Args) -> Result<Client> {
     let ak = std::env::var("AWS_ACCESS_KEY_ID").context("AWS_ACCESS_KEY_ID")?;
     let sk = std::env::var("AWS_SECRET_ACCESS_KEY").context("AWS_SECRET_ACCESS_KEY")?;
     let conf = aws_sdk_s3::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
-        .force_path_style(true)
-        .region(Region::new("us-east-1"))
+        .force_path_style(args.path_style)
+        .region(Region::new(args.region.clone()))
         .credentials_provider(Credentials::new(ak, sk, None, None, "conformance"))
         .retry_config(RetryConfig::disabled())
         .build();
@@ -114,7 +142,7 @@ async fn multipart_upload(s3: &Client, bucket: &str, data: &[u8]) -> Result<Stri
     let created = s3
         .create_multipart_upload()
         .bucket(bucket)
-        .key(TARBALL_KEY)
+        .key(key(TARBALL_KEY))
         .send()
         .await
         .context("CreateMultipartUpload")?;
@@ -126,7 +154,7 @@ async fn multipart_upload(s3: &Client, bucket: &str, data: &[u8]) -> Result<Stri
                 let out = s3
                     .upload_part()
                     .bucket(bucket)
-                    .key(TARBALL_KEY)
+                    .key(key(TARBALL_KEY))
                     .upload_id(upload_id)
                     .part_number(number)
                     .body(ByteStream::from(chunk.to_vec()))
@@ -149,7 +177,7 @@ async fn multipart_upload(s3: &Client, bucket: &str, data: &[u8]) -> Result<Stri
     let done = s3
         .complete_multipart_upload()
         .bucket(bucket)
-        .key(TARBALL_KEY)
+        .key(key(TARBALL_KEY))
         .upload_id(upload_id)
         .multipart_upload(
             CompletedMultipartUpload::builder()
@@ -169,7 +197,7 @@ async fn step_multipart(s3: &Client, bucket: &str, data: &[u8]) -> Result<()> {
     let head = s3
         .head_object()
         .bucket(bucket)
-        .key(TARBALL_KEY)
+        .key(key(TARBALL_KEY))
         .send()
         .await?;
     ensure!(
@@ -187,7 +215,7 @@ async fn step_multipart(s3: &Client, bucket: &str, data: &[u8]) -> Result<()> {
 }
 
 async fn step_get(s3: &Client, bucket: &str, data: &[u8]) -> Result<()> {
-    let whole = get_bytes(s3, bucket, TARBALL_KEY, None).await?;
+    let whole = get_bytes(s3, bucket, &key(TARBALL_KEY), None).await?;
     ensure!(
         sha256_hex(&whole) == sha256_hex(data),
         "whole GET differs from what was uploaded"
@@ -198,7 +226,7 @@ async fn step_get(s3: &Client, bucket: &str, data: &[u8]) -> Result<()> {
         ("bytes=-1000", data.len() - 1000, data.len()),
         ("bytes=20971000-", 20_971_000, data.len()),
     ] {
-        let got = get_bytes(s3, bucket, TARBALL_KEY, Some(range)).await?;
+        let got = get_bytes(s3, bucket, &key(TARBALL_KEY), Some(range)).await?;
         ensure!(got == data[lo..hi], "range {range} differs");
     }
     Ok(())
@@ -214,11 +242,11 @@ const SMALL_KEYS: [&str; 5] = [
 ];
 
 async fn step_list(s3: &Client, bucket: &str) -> Result<()> {
-    for (i, key) in SMALL_KEYS.iter().enumerate() {
+    for (i, small) in SMALL_KEYS.iter().enumerate() {
         let body = test_bytes(100 + i * 1000, i as u64 + 7);
         s3.put_object()
             .bucket(bucket)
-            .key(*key)
+            .key(key(small))
             .body(body.into())
             .send()
             .await?;
@@ -232,30 +260,31 @@ async fn step_list(s3: &Client, bucket: &str) -> Result<()> {
     let top = s3
         .list_objects_v2()
         .bucket(bucket)
+        .prefix(prefix())
         .delimiter("/")
         .send()
         .await?;
     ensure!(
-        prefixes(&top) == ["backups/", "metadata/", "restores/"],
+        prefixes(&top) == [key("backups/"), key("metadata/"), key("restores/")],
         "top level: {:?}",
         prefixes(&top)
     );
     let backups = s3
         .list_objects_v2()
         .bucket(bucket)
-        .prefix("backups/")
+        .prefix(key("backups/"))
         .delimiter("/")
         .send()
         .await?;
     ensure!(
-        prefixes(&backups) == ["backups/nightly-1/", "backups/nightly-2/"],
+        prefixes(&backups) == [key("backups/nightly-1/"), key("backups/nightly-2/")],
         "backups/: {:?}",
         prefixes(&backups)
     );
     let flat = s3
         .list_objects_v2()
         .bucket(bucket)
-        .prefix("backups/nightly-2/")
+        .prefix(key("backups/nightly-2/"))
         .send()
         .await?;
     let listed: Vec<(String, i64)> = flat
@@ -271,8 +300,8 @@ async fn step_list(s3: &Client, bucket: &str) -> Result<()> {
     ensure!(
         listed
             == [
-                ("backups/nightly-2/nightly-2.tar.gz".to_owned(), 1100),
-                ("backups/nightly-2/velero-backup.json".to_owned(), 2100)
+                (key("backups/nightly-2/nightly-2.tar.gz"), 1100),
+                (key("backups/nightly-2/velero-backup.json"), 2100)
             ],
         "backups/nightly-2/ contents: {listed:?}"
     );
@@ -282,11 +311,11 @@ async fn step_list(s3: &Client, bucket: &str) -> Result<()> {
 /// `velero backup download` / `logs`: a URL presigned for the public URL, fetched by a
 /// plain HTTP client that knows nothing of S3.
 async fn step_presign(args: &Args, data: &[u8]) -> Result<()> {
-    let public = client(&args.public_url)?;
+    let public = client(&args.public_url, args)?;
     let presigned = public
         .get_object()
         .bucket(&args.bucket)
-        .key(TARBALL_KEY)
+        .key(key(TARBALL_KEY))
         .presigned(PresigningConfig::expires_in(Duration::from_mins(10))?)
         .await?;
     let url = presigned.uri().to_owned();
@@ -357,13 +386,17 @@ fn dechunk(mut body: &[u8]) -> Result<Vec<u8>> {
 }
 
 async fn step_delete(s3: &Client, bucket: &str) -> Result<()> {
-    for key in SMALL_KEYS {
-        s3.delete_object().bucket(bucket).key(key).send().await?;
+    for small in SMALL_KEYS {
+        s3.delete_object()
+            .bucket(bucket)
+            .key(key(small))
+            .send()
+            .await?;
     }
     let left = s3.list_objects_v2().bucket(bucket).send().await?;
     let keys: Vec<&str> = left.contents().iter().filter_map(|o| o.key()).collect();
     ensure!(
-        keys == [TARBALL_KEY],
+        keys == [key(TARBALL_KEY)],
         "after deleting the small objects the bucket lists {keys:?}"
     );
     Ok(())
@@ -372,7 +405,7 @@ async fn step_delete(s3: &Client, bucket: &str) -> Result<()> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
-    let s3 = client(&args.endpoint)?;
+    let s3 = client(&args.endpoint, &args)?;
     let data = match &args.tarball {
         Some(path) => std::fs::read(path).with_context(|| format!("reading {path}"))?,
         None => test_bytes(TARBALL_SIZE, 0x7e1e_0001),
