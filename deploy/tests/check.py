@@ -437,6 +437,27 @@ def run_config(work, text, where, up_port, up_dir):
         subprocess.run(["podman", "rm", "-f", name], capture_output=True)
 
 
+@check("the Containerfile's runtime stage is the image assemble builds: entrypoint, user, ports")
+def containerfile_matches_image(_rendered):
+    # The Containerfile's base images come from registries this machine cannot reach, so it
+    # is not built here; its runtime stage must describe the image that is built and run.
+    lines = (DEPLOY / "Containerfile").read_text().splitlines()
+    stages = [i for i, l in enumerate(lines) if l.startswith("FROM ")]
+    runtime = lines[stages[-1]:]
+    directive = lambda word: [l.split(None, 1)[1] for l in runtime if l.startswith(word + " ")]  # noqa: E731
+    inspect = json.loads(subprocess.run(["podman", "image", "inspect", IMAGE],
+                                        capture_output=True, text=True, check=True).stdout)[0]
+    config = inspect["Config"]
+    assert json.loads(directive("ENTRYPOINT")[0]) == config["Entrypoint"], config["Entrypoint"]
+    assert directive("USER") == [config["User"]], config["User"]
+    exposed = {p.removesuffix("/tcp") for l in directive("EXPOSE") for p in l.split()}
+    ports = {p.removesuffix("/tcp") for p in config.get("ExposedPorts", {})}
+    assert exposed == ports, (exposed, ports)
+    copied = [l for l in runtime if l.startswith("COPY ")]
+    assert any(l.endswith(" " + config["Entrypoint"][0]) for l in copied), copied
+    assert "nonroot" in runtime[0] or directive("USER") == ["65532:65532"], runtime[0]
+
+
 @check("the dashboard and alert rules name only metrics the gateway serves")
 def observability_metrics(rendered):
     assert SERVED_METRICS, "no /metrics scraped (the image check failed)"
@@ -471,6 +492,7 @@ def main():
     cronjob_shape(rendered)
     velero_files(rendered)
     image_runs(rendered)
+    containerfile_matches_image(rendered)
     observability_metrics(rendered)
     print(f"deploy check: {sum(results)} passed, {len(results) - sum(results)} failed")
     sys.exit(0 if all(results) else 1)

@@ -96,27 +96,28 @@ impl Reloader {
         paths
     }
 
-    /// Whether any watched file's bytes differ from those last read.
-    fn changed(&self) -> bool {
-        let Ok(seen) = self.seen.lock() else {
+    /// Whether any of `paths` has bytes other than those last read, and notes them as read.
+    fn take_change(&self, paths: &[&Path]) -> bool {
+        let Ok(mut seen) = self.seen.lock() else {
             return false;
         };
-        self.watched().iter().any(|p| {
-            let now = digest_of(p);
-            let before = seen.get(p).and_then(Option::as_ref);
-            now.as_ref().map(ring::digest::Digest::as_ref) != before.map(AsRef::as_ref)
-        })
+        let mut changed = false;
+        for path in paths {
+            let now = digest_of(path);
+            let before = seen.get(*path).and_then(Option::as_ref);
+            changed |= now.as_ref().map(ring::digest::Digest::as_ref) != before.map(AsRef::as_ref);
+            seen.insert(path.to_path_buf(), now);
+        }
+        changed
     }
 
-    /// Reads every watched file again and replaces what loaded; returns whether all did.
-    pub(crate) fn reload(&self, why: &str) -> bool {
-        if let Ok(mut seen) = self.seen.lock() {
-            for path in self.watched() {
-                seen.insert(path.clone(), digest_of(&path));
-            }
-        }
-        let mut all = true;
-        if let Some((source, keys)) = &self.keys {
+    /// Reads the watched files again (with `all`, every one; else those whose bytes
+    /// changed) and replaces what loaded; returns whether everything read loaded.
+    pub(crate) fn reload(&self, why: &str, all: bool) -> bool {
+        let mut ok = true;
+        if let Some((source, keys)) = &self.keys
+            && (self.take_change(&[&source.path]) || all)
+        {
             match (source.load)(&source.path) {
                 Ok(keyring) => {
                     let active = keyring.active().id;
@@ -126,7 +127,7 @@ impl Reloader {
                     tracing::info!(%active, path = %source.path.display(), why, "key file reloaded");
                 }
                 Err(error) => {
-                    all = false;
+                    ok = false;
                     self.metrics.reloaded("keys", false);
                     tracing::error!(
                         path = %source.path.display(),
@@ -137,7 +138,9 @@ impl Reloader {
                 }
             }
         }
-        if let Some((files, acceptor)) = &self.tls {
+        if let Some((files, acceptor)) = &self.tls
+            && (self.take_change(&[&files.cert, &files.key]) || all)
+        {
             match crate::tls::acceptor(files) {
                 Ok(a) => {
                     acceptor.store(Arc::new(a));
@@ -145,7 +148,7 @@ impl Reloader {
                     tracing::info!(cert = %files.cert.display(), why, "TLS certificate reloaded");
                 }
                 Err(error) => {
-                    all = false;
+                    ok = false;
                     self.metrics.reloaded("tls", false);
                     tracing::error!(
                         cert = %files.cert.display(),
@@ -156,7 +159,7 @@ impl Reloader {
                 }
             }
         }
-        all
+        ok
     }
 }
 
@@ -187,12 +190,8 @@ pub(crate) async fn run(reloader: Arc<Reloader>, on_sighup: bool, mut stop: watc
             _ = tick.tick() => "changed",
         };
         let r = reloader.clone();
-        // Loading runs a KDF for a sealed key file: off the request workers.
-        let _ = tokio::task::spawn_blocking(move || {
-            if why == "SIGHUP" || r.changed() {
-                r.reload(why);
-            }
-        })
-        .await;
+        // Loading runs a KDF for a sealed key file: off the request workers. A signal
+        // reloads everything; a tick only what changed.
+        let _ = tokio::task::spawn_blocking(move || r.reload(why, why == "SIGHUP")).await;
     }
 }

@@ -308,9 +308,53 @@ fn wait_for_log(log: &std::path::Path, what: &str, count: usize, secs: u64) -> S
     }
 }
 
+/// A PUT (with `body`) or GET of `key` in bucket `reload` (the bucket itself for an empty
+/// `key`) through the gateway on `port`, signed
+/// with SigV4 by curl; the response body.
+fn curl_s3(port: u16, method: &str, key: &str, body: Option<&[u8]>) -> Vec<u8> {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sf", "-X", method, "--aws-sigv4", "aws:amz:us-east-1:s3"])
+        .args(["--user", "reload-ak:reload-secret-0123456789"])
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+        .arg(format!(
+            "http://127.0.0.1:{port}/reload{}",
+            if key.is_empty() {
+                String::new()
+            } else {
+                format!("/{key}")
+            }
+        ));
+    if body.is_some() {
+        cmd.args(["--data-binary", "@-"]);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, body.unwrap_or_default()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "curl {method} {key}: {:?}",
+        out.status
+    );
+    out.stdout
+}
+
+/// The key ID in the header of the object `key` that the embedded store in `data` holds
+/// (SPEC 5.1, bytes 8 to 15).
+fn stored_key_id(data: &std::path::Path, key: &str) -> String {
+    let stored = std::fs::read(data.join("objects").join("reload").join(key)).unwrap();
+    hex::encode(&stored[8..16])
+}
+
 /// A key rotation reaches a running gateway without a restart: on SIGHUP, and by itself
-/// when the key file changes (as Kubernetes updates a mounted Secret); a broken key file is
-/// refused and the keys in use stay. The log is JSON, one object per line, with no secret.
+/// when the key file changes (as Kubernetes updates a mounted Secret); new objects are then
+/// sealed under the new key and old ones still read. A broken key file is refused and the
+/// keys in use stay. The log is JSON, one object per line, with no secret.
 #[test]
 fn the_key_file_reloads_on_sighup_and_on_change_and_a_broken_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -326,7 +370,10 @@ fn the_key_file_reloads_on_sighup_and_on_change_and_a_broken_one_is_refused() {
         .spawn()
         .unwrap();
     wait_ready(port, &mut child);
-    let key_file = dir.path().join("data").join("kura-keys.toml");
+    let data = dir.path().join("data");
+    let key_file = data.join("kura-keys.toml");
+    curl_s3(port, "PUT", "", None);
+    curl_s3(port, "PUT", "before", Some(b"sealed under the first key"));
     let rotate = || {
         let out = Command::new(kura_bin())
             .args(["keys", "rotate", "--key-file"])
@@ -346,6 +393,16 @@ fn the_key_file_reloads_on_sighup_and_on_change_and_a_broken_one_is_refused() {
         .unwrap();
     let log = wait_for_log(&log_path, "key file reloaded", 1, 5);
     assert!(log.contains("\"why\":\"SIGHUP\""), "{log}");
+    curl_s3(port, "PUT", "after", Some(b"sealed under the second key"));
+    let (first, second) = (
+        stored_key_id(&data, "before"),
+        stored_key_id(&data, "after"),
+    );
+    assert_ne!(
+        first, second,
+        "new objects are sealed under the rotated key"
+    );
+    assert!(log.contains(&format!("\"active\":\"{second}\"")), "{log}");
     // No signal: the changed bytes are noticed within the poll interval (10 s).
     rotate();
     let log = wait_for_log(&log_path, "key file reloaded", 2, 25);
@@ -355,6 +412,21 @@ fn the_key_file_reloads_on_sighup_and_on_change_and_a_broken_one_is_refused() {
     assert!(log.contains("the keys in use stay"), "{log}");
     let ready = http_get(port, "/readyz").unwrap();
     assert!(ready.starts_with("HTTP/1.1 200"), "still serving: {ready}");
+    curl_s3(port, "PUT", "still", Some(b"the keys in use stay"));
+    assert_ne!(stored_key_id(&data, "still"), first);
+    assert_ne!(
+        stored_key_id(&data, "still"),
+        second,
+        "the change without a signal was taken"
+    );
+    assert_eq!(
+        curl_s3(port, "GET", "before", None),
+        b"sealed under the first key"
+    );
+    assert_eq!(
+        curl_s3(port, "GET", "after", None),
+        b"sealed under the second key"
+    );
     let metrics = http_get(port, "/metrics").unwrap();
     assert!(
         metrics.contains("kura_reloads_total{file=\"keys\",result=\"ok\"} 2"),

@@ -112,7 +112,7 @@ impl Running {
         let Some(r) = self.reloader.clone() else {
             return false;
         };
-        tokio::task::spawn_blocking(move || r.reload("asked"))
+        tokio::task::spawn_blocking(move || r.reload("asked", true))
             .await
             .unwrap_or(false)
     }

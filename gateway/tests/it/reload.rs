@@ -1,5 +1,6 @@
-//! Key rotation without a restart (`reload.rs`): a reloaded key file is used for new
-//! objects while old ones still read, and a broken one is refused with the keys in use kept.
+//! Key rotation and certificate renewal without a restart (`reload.rs`): a reloaded key
+//! file is used for new objects while old ones still read, a renewed certificate is served
+//! to new connections, and a broken file is refused with what is in use kept.
 
 use std::sync::Arc;
 
@@ -57,6 +58,79 @@ async fn a_rotated_key_file_is_used_after_a_reload_and_a_broken_one_is_refused()
     assert!(
         metrics.contains("kura_reloads_total{file=\"keys\",result=\"ok\"} 1")
             && metrics.contains("kura_reloads_total{file=\"keys\",result=\"failed\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A renewed certificate (another CA's here, so that a client can tell the two apart) is
+/// served to new connections after a reload; a broken one is refused and the renewed one
+/// stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_certificate_is_served_after_a_reload_and_a_broken_one_is_refused() {
+    use kura_gateway::config::TlsFiles;
+
+    use crate::server::{certificates, https_client};
+
+    let upstream = crate::harness::Upstream::s3s_fs().await;
+    let (first, second, live) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (ca1, cert1, key1) = certificates(first.path());
+    let (ca2, cert2, key2) = certificates(second.path());
+    let (cert, key) = (live.path().join("tls.crt"), live.path().join("tls.key"));
+    std::fs::copy(&cert1, &cert).unwrap();
+    std::fs::copy(&key1, &key).unwrap();
+    let keyring = kura_testkit::gateway::keyring();
+    let mut config = crate::harness::gateway_config(&upstream, keyring);
+    config.tls = Some(TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    });
+    let mut gw = kura_gateway::server::start(config).await.unwrap();
+    gw.reload_on_change(None, false);
+    let port = gw.addr.port();
+    https_client(port, &ca1)
+        .list_buckets()
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        https_client(port, &ca2)
+            .list_buckets()
+            .send()
+            .await
+            .is_err()
+    );
+
+    std::fs::copy(&cert2, &cert).unwrap();
+    std::fs::copy(&key2, &key).unwrap();
+    assert!(gw.reload_now().await, "the renewed certificate loads");
+    https_client(port, &ca2)
+        .list_buckets()
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        https_client(port, &ca1)
+            .list_buckets()
+            .send()
+            .await
+            .is_err()
+    );
+
+    std::fs::write(&cert, "not a certificate").unwrap();
+    assert!(!gw.reload_now().await, "a broken certificate is refused");
+    https_client(port, &ca2)
+        .list_buckets()
+        .send()
+        .await
+        .unwrap();
+    let metrics = gw.metrics.render();
+    assert!(
+        metrics.contains("kura_reloads_total{file=\"tls\",result=\"ok\"} 1")
+            && metrics.contains("kura_reloads_total{file=\"tls\",result=\"failed\"} 1"),
         "{metrics}"
     );
 }

@@ -76,6 +76,27 @@ pub fn certificates(
     (p("ca.pem"), p("cert.pem"), p("key.pem"))
 }
 
+/// An S3 client of the gateway's HTTPS port that trusts only the CA in `ca` (PEM).
+pub fn https_client(port: u16, ca: &std::path::Path) -> aws_sdk_s3::Client {
+    let tls = TlsContext::builder()
+        .with_trust_store(TrustStore::empty().with_pem_certificate(std::fs::read(ca).unwrap()))
+        .build()
+        .unwrap();
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(tls)
+        .build_https();
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(format!("https://127.0.0.1:{port}"))
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(AK, SK, None, None, "test"))
+        .http_client(http)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn serves_https_with_the_configured_certificate() {
     let upstream = Upstream::s3s_fs().await;
@@ -88,23 +109,7 @@ async fn serves_https_with_the_configured_certificate() {
         key,
     });
     let gw = kura_gateway::server::start(config).await.unwrap();
-    let tls = TlsContext::builder()
-        .with_trust_store(TrustStore::empty().with_pem_certificate(std::fs::read(&ca).unwrap()))
-        .build()
-        .unwrap();
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
-        .tls_context(tls)
-        .build_https();
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(format!("https://127.0.0.1:{}", gw.addr.port()))
-        .force_path_style(true)
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(AK, SK, None, None, "test"))
-        .http_client(http)
-        .build();
-    let client = aws_sdk_s3::Client::from_conf(conf);
+    let client = https_client(gw.addr.port(), &ca);
     client.create_bucket().bucket(BUCKET).send().await.unwrap();
     let body = pseudo_random(200_000, 1);
     client
