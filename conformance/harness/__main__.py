@@ -13,14 +13,14 @@ from pathlib import Path
 from . import report
 from .context import Ctx
 from .gateway import KURA, start_gateway
-from .scenarios import ALL
+from .scenarios import ALL, ON_DEMAND
 from .upstreams import ROOT, UPSTREAMS, stop_process
 
 
 def parse_args():
     p = argparse.ArgumentParser(prog="conformance/run", description=__doc__)
     p.add_argument("--upstream", choices=sorted(UPSTREAMS), default="s3s-fs")
-    p.add_argument("--only", action="append", metavar="CLIENT", help="run only this client (repeatable)")
+    p.add_argument("--only", action="append", metavar="CLIENT", help="run only this client (repeatable); on-demand clients (rustic) run only when named")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory and logs")
     p.add_argument("--verbose", action="store_true", help="print every client command")
     p.add_argument("--update-readme", action="store_true", help="write the table into conformance/README.md")
@@ -31,6 +31,7 @@ def parse_args():
 def main():
     args = parse_args()
     scenarios = [s for s in ALL if not args.only or s.CLIENT in args.only]
+    scenarios += [s for s in ON_DEMAND if args.only and s.CLIENT in args.only]
     work = Path(tempfile.mkdtemp(prefix="kura-conformance-"))
     print(f"conformance: upstream {args.upstream}, scratch {work}", flush=True)
     upstream = UPSTREAMS[args.upstream](work)

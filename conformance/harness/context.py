@@ -101,10 +101,11 @@ class Ctx:
         env.update(extra)
         return env
 
-    def run(self, *cmd, env=None, input=None, timeout=1800, with_stderr=False, raw=False):
+    def run(self, *cmd, env=None, input=None, timeout=1800, with_stderr=False, raw=False, user=None):
         """Runs a client command; a non-zero exit fails the step with its stderr. Returns
         stdout as text (with stderr after it, for clients that log there), or as bytes
-        with `raw`."""
+        with `raw`. `user` runs it as that user (with that user's groups): for programs
+        that refuse to run as root."""
         cmd = [str(c) for c in cmd]
         if self.verbose:
             print("    $", " ".join(cmd), flush=True)
@@ -114,6 +115,7 @@ class Ctx:
             input=input,
             capture_output=True,
             timeout=timeout,
+            **({"user": user, "group": user, "extra_groups": []} if user else {}),
         )
         if proc.returncode != 0:
             err = (proc.stderr or b"").decode(errors="replace").strip().splitlines()[-8:]

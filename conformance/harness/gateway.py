@@ -11,13 +11,15 @@ from .upstreams import ROOT, free_port, wait_for_port
 KURA = ROOT / "target" / "release" / "kura"
 
 
-def start_gateway(work, upstream, log):
+def start_gateway(work, upstream, log, powers=(), secret_key=None):
     """Starts the gateway, waits until `/readyz` answers 200, and returns
-    `(process, port, access_key, secret_key)`. Key file and stray files go into `work`."""
+    `(process, port, access_key, secret_key)`. Key file and stray files go into `work`.
+    `powers` are given to the client credential (gateway/README.md, "Client powers"),
+    which then comes from a config file; `secret_key` reuses another gateway's secret."""
     key_file = work / "kura-keys.toml"
     subprocess.run([KURA, "keys", "generate", "--out", key_file], check=True, capture_output=True)
     port = free_port()
-    access_key, secret_key = "conformance", secrets.token_hex(20)
+    access_key, secret_key = "conformance", secret_key or secrets.token_hex(20)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
         AWS_ACCESS_KEY_ID=upstream.access_key,
@@ -25,12 +27,21 @@ def start_gateway(work, upstream, log):
         AWS_EC2_METADATA_DISABLED="true",
         AWS_CONFIG_FILE=str(work / "none"),
         AWS_SHARED_CREDENTIALS_FILE=str(work / "none"),
-        KURA_ACCESS_KEY_ID=access_key,
-        KURA_SECRET_ACCESS_KEY=secret_key,
         KURA_LOG=os.environ.get("KURA_LOG", "info"),
     )
+    config = []
+    if powers:
+        conf = work / "kura-gateway.toml"
+        conf.write_text(
+            f'[[credentials]]\naccess_key_id = "{access_key}"\nsecret_access_key_env = "CONFORMANCE_SECRET"\n'
+            f'buckets = ["*"]\npowers = {list(powers)!r}\n'.replace("'", '"')
+        )
+        config = ["--config", conf]
+        env.update(CONFORMANCE_SECRET=secret_key)
+    else:
+        env.update(KURA_ACCESS_KEY_ID=access_key, KURA_SECRET_ACCESS_KEY=secret_key)
     proc = subprocess.Popen(
-        [KURA, "gateway", "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url,
+        [KURA, "gateway", *config, "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url,
          "--upstream-region", upstream.region, "--path-style", "--key-file", key_file],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )

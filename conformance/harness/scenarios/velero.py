@@ -6,12 +6,12 @@ that deploy/README.md tells operators to apply, so the recipe and this test cann
 apart; only the addresses are the test's."""
 
 import re
-import subprocess
 
 import yaml
 
 from ..context import random_file
 from ..upstreams import ROOT
+from .goscenario import run_steps
 
 CLIENT = "velero"
 BINARY = ROOT / "target" / "release" / "velero-scenario"
@@ -39,22 +39,8 @@ def run(ctx):
         ctx.gateway_s3().create_bucket(Bucket=bucket)
     # Four full 5 MiB parts and a short fifth, as a tarball's tail would be.
     tarball = random_file(ctx.work / "velero" / "nightly-1.tar.gz", 4 * 5 * 1024 * 1024 + 1_234_567, seed=11)
-    proc = subprocess.run(
-        [BINARY, "--endpoint", ctx.gateway_url, "--public-url", ctx.public_url, "--bucket", bucket,
-         "--tarball", tarball, *bsl_settings()],
-        env=ctx.client_env(), capture_output=True, text=True, timeout=600,
-    )
-    steps = 0
-    for line in proc.stdout.splitlines():
-        mark, _, rest = line.partition(" ")
-        if mark not in ("ok", "FAIL"):
-            continue
-        secs, _, rest = rest.partition(" ")
-        op, _, detail = rest.partition(": ") if mark == "FAIL" else (rest, "", "")
-        ctx.record(CLIENT, op, mark == "ok", detail, float(secs))
-        steps += 1
-    if steps == 0:
-        ctx.record(CLIENT, "run", False, f"exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    run_steps(ctx, CLIENT, [BINARY, "--endpoint", ctx.gateway_url, "--public-url", ctx.public_url,
+                            "--bucket", bucket, "--tarball", tarball, *bsl_settings()])
     with ctx.step(CLIENT, "upstream holds only ciphertext"):
         prefix = yaml.safe_load(BSL.read_text())["spec"]["objectStorage"].get("prefix", "")
         key = f"{prefix}/backups/nightly-1/nightly-1.tar.gz".lstrip("/")
