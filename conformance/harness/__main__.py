@@ -23,7 +23,7 @@ def parse_args():
     p.add_argument("--only", action="append", metavar="CLIENT", help="run only this client (repeatable); on-demand clients (rustic) run only when named")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory and logs")
     p.add_argument("--verbose", action="store_true", help="print every client command")
-    p.add_argument("--update-readme", action="store_true", help="write the table into conformance/README.md")
+    p.add_argument("--update-readme", action="store_true", help="write the table into conformance/README.md, under this upstream's heading")
     p.add_argument("--restic-mib", type=int, default=1024, help="size of restic's backup set (default 1024)")
     return p.parse_args()
 
@@ -82,7 +82,8 @@ def main():
     print()
     print(table)
     if args.update_readme:
-        report.update_readme(ROOT / "conformance" / "README.md", table)
+        section = args.upstream + (f" --only {' --only '.join(args.only)}" if args.only else "")
+        report.update_readme(ROOT / "conformance" / "README.md", table, section)
     failed = {(r.client, r.operation) for r in ctx.rows if not r.ok}
     if args.only:
         known = {k: v for k, v in known.items() if k[0] in args.only}

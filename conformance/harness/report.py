@@ -3,8 +3,9 @@
 import re
 from pathlib import Path
 
-BEGIN = "<!-- results:begin -->"
-END = "<!-- results:end -->"
+def markers(section):
+    """The comments that hold one section's table in the README."""
+    return f"<!-- results:{section}:begin -->", f"<!-- results:{section}:end -->"
 
 
 def load_known_failures(path):
@@ -45,7 +46,18 @@ def markdown(rows, versions, upstream, known):
     return "\n".join(lines)
 
 
-def update_readme(path, table):
+def update_readme(path, table, section):
+    """Writes `table` between the markers of `section` (the upstream, and the clients when
+    the run named some); a first run of a section adds it after the last table, under a
+    heading that says how to run it again."""
+    begin, end = markers(section)
     text = Path(path).read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    Path(path).write_text(text[:start] + "\n" + table + "\n" + text[end:])
+    if begin not in text:
+        last = text.rindex(":end -->") + len(":end -->")
+        upstream, _, only = section.partition(" ")
+        command = f"conformance/run --upstream {upstream} {only} --update-readme".replace("  ", " ")
+        heading = f"On {upstream}" + (f" ({only.replace('--only ', '')} only)" if only else "")
+        section = f"\n\n### {heading}\n\n`{command}`:\n\n{begin}\n{end}"
+        text = text[:last] + section + text[last:]
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    Path(path).write_text(text[:start] + "\n" + table + "\n" + text[stop:])

@@ -75,7 +75,7 @@ def run(ctx):
         rustic("check", "--read-data")
     with ctx.step(CLIENT, "restore (byte-identical)"):
         target = work / "restore"
-        rustic("restore", "latest", target)
+        rustic("restore", f"latest:{data}", target)
         files = assert_same_tree(data, target)
         check(files > 100, f"only {files} files compared")
     with ctx.step(CLIENT, "upstream holds only ciphertext"):
