@@ -69,6 +69,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
         .success()
 }
 
+fn same_tree(a: &Path, b: &Path) -> bool {
+    Command::new("diff")
+        .arg("-rq")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
 #[allow(
     clippy::too_many_lines,
     reason = "one benchmark script, read top to bottom"
@@ -150,7 +160,14 @@ fn main() {
     let k_block_again = timed(&mut kura_cmd(&["backup", "--block", img], "kura-img"), None);
     let k_restore = timed(
         &mut kura_cmd(
-            &["restore", "latest", w.join("k-out").to_str().unwrap()],
+            // The file and `--block` runs share a path; the stdin run is another group.
+            &[
+                "restore",
+                "latest",
+                "--path",
+                img,
+                w.join("k-out").to_str().unwrap(),
+            ],
             "kura-img",
         ),
         None,
@@ -171,6 +188,38 @@ fn main() {
         &mut kura_cmd(&["backup", tree.to_str().unwrap()], "kura-tree"),
         None,
     );
+    let r_tree_again = timed(
+        &mut restic(&["backup", tree.to_str().unwrap()], "restic-tree"),
+        None,
+    );
+    let k_tree_again = timed(
+        &mut kura_cmd(&["backup", tree.to_str().unwrap()], "kura-tree"),
+        None,
+    );
+    // restic restores the tree under its full path inside the target, kura under its name.
+    let r_tree_restore = timed(
+        &mut restic(
+            &[
+                "restore",
+                "latest",
+                "--target",
+                w.join("r-tree").to_str().unwrap(),
+            ],
+            "restic-tree",
+        ),
+        None,
+    );
+    let r_out = w.join("r-tree").join(tree.strip_prefix("/").unwrap());
+    assert!(same_tree(&tree, &r_out), "restic restored another tree");
+    let k_tree_restore = timed(
+        &mut kura_cmd(
+            &["restore", "latest", w.join("k-tree").to_str().unwrap()],
+            "kura-tree",
+        ),
+        None,
+    );
+    let k_out = w.join("k-tree").join(tree.file_name().unwrap());
+    assert!(same_tree(&tree, &k_out), "kura restored another tree");
 
     let _ = Command::new("kill").arg(gateway.id().to_string()).status();
     let _ = gateway.wait();
@@ -178,18 +227,23 @@ fn main() {
     report(
         mib,
         files,
-        [&r_backup, &r_stdin, &r_restore, &r_tree],
-        [&k_backup, &k_stdin, &k_restore, &k_tree],
+        [&r_backup, &r_stdin, &r_restore],
+        [&k_backup, &k_stdin, &k_restore],
         [&k_block, &k_block_again],
+    );
+    report_tree(
+        files,
+        [&r_tree, &r_tree_again, &r_tree_restore],
+        [&k_tree, &k_tree_again, &k_tree_restore],
     );
 }
 
-/// Prints the table: restic and kura runs in the order image backup, stdin re-run,
-/// restore, tree; then kura's `--block` runs.
-fn report(mib: usize, files: usize, r: [&Run; 4], k: [&Run; 4], block: [&Run; 2]) {
+/// Prints the image's table: restic and kura runs in the order image backup, stdin
+/// re-run, restore; then kura's `--block` runs.
+fn report(mib: usize, files: usize, r: [&Run; 3], k: [&Run; 3], block: [&Run; 2]) {
     let gib = mib as f64 / 1024.0;
-    let [r_backup, r_stdin, r_restore, r_tree] = r;
-    let [k_backup, k_stdin, k_restore, k_tree] = k;
+    let [r_backup, r_stdin, r_restore] = r;
+    let [k_backup, k_stdin, k_restore] = k;
     let [k_block, k_block_again] = block;
     let mbps = |r: &Run| mib as f64 * 1.048_576 / r.seconds;
     println!(
@@ -216,12 +270,19 @@ fn report(mib: usize, files: usize, r: [&Run; 4], k: [&Run; 4], block: [&Run; 2]
         mbps(k_block_again),
         k_block_again.peak_kib / 1024
     );
-    println!(
-        "tree backup ({files} files)               restic {:6.1} s {:6} MiB peak | kura {:6.1} s {:6} MiB peak | time ratio {:.2}x",
-        r_tree.seconds,
-        r_tree.peak_kib / 1024,
-        k_tree.seconds,
-        k_tree.peak_kib / 1024,
-        r_tree.seconds / k_tree.seconds
-    );
+}
+
+/// Prints the tree's rows: first backup, unchanged re-run, restore; restic then kura.
+fn report_tree(files: usize, r: [&Run; 3], k: [&Run; 3]) {
+    let what = ["first backup", "unchanged re-run", "restore"];
+    for ((what, r), k) in what.iter().zip(r).zip(k) {
+        println!(
+            "tree {what:31} restic {:6.1} s {:6} MiB peak | kura {:6.1} s {:6} MiB peak | speed ratio {:.2}x ({files} files)",
+            r.seconds,
+            r.peak_kib / 1024,
+            k.seconds,
+            k.peak_kib / 1024,
+            r.seconds / k.seconds
+        );
+    }
 }

@@ -3,6 +3,8 @@
 //!
 //! - `tree.rs`: walks a snapshot's trees onto a directory (selection, hard links, special
 //!   files, metadata, failures and when to give up);
+//! - `batch.rs`: a directory's small files together, their blobs read pack by pack in
+//!   runs (one range GET for many files);
 //! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
 //! - `direct.rs`: large files through direct I/O;
 //! - `target.rs`: opening a one-file snapshot's target (a block device exclusively, and
@@ -13,6 +15,7 @@
 //! against their IDs; holes (`zero` entries) are skipped, so restored files are sparse
 //! where the source was zero.
 
+mod batch;
 mod direct;
 mod fetch;
 mod target;

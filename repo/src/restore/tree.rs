@@ -53,9 +53,6 @@ pub struct RestoreSummary {
 /// when that GET fails as well, which is an outage, and otherwise goes on.
 pub const FAILURES_IN_A_ROW: usize = 16;
 
-/// Files of at most one chunk restored at once.
-pub const SMALL_FILES_AT_ONCE: usize = 16;
-
 /// One restore onto a directory: what it has written so far, and its run of failures.
 pub(super) struct Restorer<'a, S: Storage> {
     repo: &'a Repository<S>,
@@ -198,11 +195,11 @@ impl<'a, S: Storage> Restorer<'a, S> {
         Ok(wrote)
     }
 
-    /// Writes a directory's regular files: those of at most one chunk several at once
-    /// (each is one range GET, and a tree of small files would otherwise wait on one round
-    /// trip per file); larger ones one at a time, with `FETCH_AHEAD` runs of chunks in
-    /// flight; then the further names of hard-linked files. Memory: `SMALL_FILES_AT_ONCE`
-    /// chunks plus `FETCH_AHEAD * FETCH_SPAN` bytes at most.
+    /// Writes a directory's regular files: those of at most one chunk together, pack by
+    /// pack (`batch.rs`: a tree of small files would otherwise wait on one round trip per
+    /// file); larger ones one at a time, with `FETCH_AHEAD` runs of chunks in flight; then
+    /// the further names of hard-linked files. Memory: `FETCH_AHEAD * FETCH_SPAN` bytes, and
+    /// `SMALL_FILES_AT_ONCE` chunks, at most.
     async fn write_files(
         &mut self,
         dir: &OpenDir,
@@ -212,14 +209,7 @@ impl<'a, S: Storage> Restorer<'a, S> {
     ) -> Result<()> {
         let repo = self.repo;
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let mut done = futures::stream::iter(small)
-            .take_while(|_| std::future::ready(!stop.load(std::sync::atomic::Ordering::Relaxed)))
-            .map(|(node, name, rel)| async move {
-                let path = dir.display(&name);
-                let n = new_file(repo, node, dir.fd(), &name, &path).await;
-                (n, path, rel)
-            })
-            .buffer_unordered(SMALL_FILES_AT_ONCE);
+        let mut done = Box::pin(super::batch::small_files(repo, dir, small, &stop));
         // Giving up starts no further file and waits for those in flight: each either
         // finishes or removes itself, so none is left with part of its content.
         let mut gave_up = None;

@@ -50,15 +50,48 @@ pub(super) async fn new_file<S: Storage>(
     } else {
         write_file(repo, node, &file, path, Holes::Skip).await
     };
+    place(node, &file, (dir, &temp, name), path, written)
+}
+
+/// [`new_file`] for a file whose whole content is `data` (one chunk, read already with its
+/// neighbours in the pack: `batch.rs`), written synchronously: for a blocking task that
+/// writes many such files.
+pub(super) fn place_file(
+    node: &Node,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+    data: &[u8],
+) -> Result<(u64, Vec<String>)> {
+    let (temp, (file, _)) = open_temp_file(node, dir, path)?;
+    let len = data.len() as u64;
+    let written = file
+        .write_all_at(data, 0)
+        .map_err(|e| RepoError::io(path, e))
+        .and_then(|()| check_length(node, len, path))
+        .map(|()| len);
+    place(node, &file, (dir, &temp, name), path, written)
+}
+
+/// Gives the file written under the temporary name `temp` in `dir` its metadata, then
+/// renames it over `name`; removes it instead when it was not `written` or cannot be
+/// renamed.
+fn place(
+    node: &Node,
+    file: &File,
+    (dir, temp, name): (BorrowedFd<'_>, &OsStr, &OsStr),
+    path: &Path,
+    written: Result<u64>,
+) -> Result<(u64, Vec<String>)> {
     // Before the rename: the file appears under its name with its owner and mode.
     let placed = written.and_then(|n| {
         let meta_failed = crate::fsmeta::apply_fd(file.as_fd(), node);
-        rustix::fs::renameat(dir, &temp, dir, name)
+        rustix::fs::renameat(dir, temp, dir, name)
             .map(|()| (n, meta_failed))
             .map_err(|e| RepoError::io(path, e.into()))
     });
     if placed.is_err() {
-        let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
+        let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
     }
     placed
 }

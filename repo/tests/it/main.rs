@@ -12,6 +12,7 @@ mod redirect;
 mod restore_in_place;
 mod retry;
 mod sessions;
+mod small_files;
 mod sparse;
 mod torn;
 mod upkeep;
