@@ -42,8 +42,11 @@ pub(super) type File<'a> = (&'a Node, OsString, String);
 /// path (for messages) and its path relative to the target.
 pub(super) type Done = (Result<(u64, Vec<String>)>, PathBuf, String);
 
-/// One blob's content and the files it is the whole of: node, name, path.
-type Job = (Bytes, Vec<(Node, OsString, PathBuf)>);
+/// One file to write: its whole content (a blob), its node, its name and its path.
+type Job = (Bytes, Node, OsString, PathBuf);
+
+/// Blocking tasks that write a run's files.
+const WRITERS: usize = 4;
 
 /// The blob holding all of a file's content, when the file is one chunk that a run can
 /// carry (not a size that goes through direct I/O).
@@ -153,12 +156,15 @@ async fn write_files<S: Storage>(
     let jobs: Vec<Job> = blobs
         .into_iter()
         .zip(&run)
-        .map(|(data, (_, files))| {
-            let files = files
-                .iter()
-                .map(|(node, name, _)| ((*node).clone(), name.clone(), dir.display(name)))
-                .collect();
-            (data, files)
+        .flat_map(|(data, (_, files))| {
+            files.iter().map(move |(node, name, _)| {
+                (
+                    data.clone(),
+                    (*node).clone(),
+                    name.clone(),
+                    dir.display(name),
+                )
+            })
         })
         .collect();
     let places: Vec<(PathBuf, String)> = run
@@ -169,35 +175,52 @@ async fn write_files<S: Storage>(
                 .map(|(_, name, rel)| (dir.display(&name), rel))
         })
         .collect();
-    let written = tokio::task::spawn_blocking(move || write_run(&fd, jobs)).await;
-    match written {
-        Ok(ends) => ends
-            .into_iter()
-            .zip(places)
-            .map(|(n, (path, rel))| {
-                if let Ok((bytes, _)) = &n {
-                    repo.progress.add_bytes(*bytes);
-                }
-                (n, path, rel)
-            })
-            .collect(),
-        // The task was lost (a panic): its files are listed as failed.
-        Err(e) => places
-            .into_iter()
-            .map(|(path, rel)| (Err(RepoError::task("write task", &e)), path, rel))
-            .collect(),
+    // A file costs several system calls (create, write, owner, mode, times, rename) and
+    // little else: a run's files are split between a few blocking tasks.
+    let per_task = jobs.len().div_ceil(WRITERS).max(1);
+    let mut jobs = jobs.into_iter();
+    let mut tasks = Vec::new();
+    loop {
+        let part: Vec<Job> = jobs.by_ref().take(per_task).collect();
+        if part.is_empty() {
+            break;
+        }
+        let fd = fd.clone();
+        tasks.push(tokio::task::spawn_blocking(move || write_part(&fd, part)));
     }
-}
-
-/// Writes each blob's files, in order; the ends in the same order.
-fn write_run(dir: &OwnedFd, jobs: Vec<Job>) -> Vec<Result<(u64, Vec<String>)>> {
-    let mut ends = Vec::new();
-    for (data, files) in jobs {
-        for (node, name, path) in files {
-            ends.push(place_file(&node, dir.as_fd(), &name, &path, &data));
+    let mut ends = Vec::with_capacity(places.len());
+    for (task, places) in futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .zip(places.chunks(per_task))
+    {
+        match task {
+            Ok(part) => {
+                for (n, (path, rel)) in part.into_iter().zip(places) {
+                    if let Ok((bytes, _)) = &n {
+                        repo.progress.add_bytes(*bytes);
+                    }
+                    ends.push((n, path.clone(), rel.clone()));
+                }
+            }
+            // The task was lost (a panic): its files are listed as failed.
+            Err(e) => ends.extend(places.iter().map(|(path, rel)| {
+                (
+                    Err(RepoError::task("write task", &e)),
+                    path.clone(),
+                    rel.clone(),
+                )
+            })),
         }
     }
     ends
+}
+
+/// Writes each file from its blob, in order; the ends in the same order.
+fn write_part(dir: &OwnedFd, jobs: Vec<Job>) -> Vec<Result<(u64, Vec<String>)>> {
+    jobs.into_iter()
+        .map(|(data, node, name, path)| place_file(&node, dir.as_fd(), &name, &path, &data))
+        .collect()
 }
 
 /// Every file of a run failed by the same cause, before any was written.

@@ -7,7 +7,7 @@ use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
 use crate::storage::Storage;
-use crate::tree::{Content, Node};
+use crate::tree::{Content, Node, Tree};
 
 /// Range GETs in flight while a file is restored: reads go through the gateway, so
 /// overlapping them hides the round trips.
@@ -19,11 +19,29 @@ pub const FETCH_AHEAD: usize = 4;
 pub const FETCH_SPAN: u64 = 8 << 20;
 
 /// A spawned task that is cancelled when dropped (a failed restore stops its fetches).
-struct Task<T>(tokio::task::JoinHandle<T>);
+pub(super) struct Task<T>(pub(super) tokio::task::JoinHandle<T>);
 
 impl<T> Drop for Task<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Subdirectory trees read ahead of the restore's walk, so that a tree of many small
+/// directories does not wait on one round trip per directory before its files start.
+pub const TREES_AHEAD: usize = 8;
+
+/// Reads the tree `id` in a task of its own.
+pub(super) fn tree_ahead<S: Storage>(repo: &Repository<S>, id: Id) -> Task<Result<Tree>> {
+    let repo = repo.clone();
+    Task(tokio::spawn(async move { repo.read_tree(&id).await }))
+}
+
+/// The tree a [`tree_ahead`] task read.
+pub(super) async fn tree_read(mut task: Task<Result<Tree>>) -> Result<Tree> {
+    match (&mut task.0).await {
+        Ok(tree) => tree,
+        Err(e) => Err(RepoError::task("tree task", &e)),
     }
 }
 

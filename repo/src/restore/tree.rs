@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt as _;
 use rustix::fs::AtFlags;
 
+use super::fetch::{TREES_AHEAD, Task, tree_ahead, tree_read};
 use super::write::{new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
@@ -158,12 +159,29 @@ impl<'a, S: Storage> Restorer<'a, S> {
             }
         }
 
+        // The subdirectories' trees are read while this directory's files are written,
+        // `TREES_AHEAD` at a time.
+        let (repo, trees) = (
+            self.repo,
+            subdirs.iter().map(|s| s.0.subtree).collect::<Vec<_>>(),
+        );
+        let mut ahead = std::collections::VecDeque::new();
+        let mut next = 0;
+        let mut read_ahead = |ahead: &mut std::collections::VecDeque<_>| {
+            while ahead.len() < TREES_AHEAD && next < trees.len() {
+                ahead.push_back(trees[next].map(|id| tree_ahead(repo, id)));
+                next += 1;
+            }
+        };
+        read_ahead(&mut ahead);
         self.write_files(dir, small, large, links).await?;
         for (node, name, rel, matched) in subdirs {
+            let tree = ahead.pop_front().flatten();
+            read_ahead(&mut ahead);
             // A directory entered only because a pattern may match below it is removed
             // again when nothing did (unless it was there before), and a symlink that stood
             // in its place is put back.
-            let (link, existed, tree, sub) = match self.enter(node, dir, &name).await {
+            let (link, existed, tree, sub) = match self.enter(tree, dir, &name).await {
                 Ok(entered) => entered,
                 Err(e) => {
                     self.failed(&rel, e).await?;
@@ -289,17 +307,17 @@ impl<'a, S: Storage> Restorer<'a, S> {
         root.path.join(rel)
     }
 
-    /// Reads a directory node's tree, then makes its directory `name` in `dir` and opens
-    /// it: returns the target's symlink set aside there, whether a directory was there,
-    /// the tree, and the open directory.
+    /// Takes a directory node's tree (being read by `tree`), then makes its directory
+    /// `name` in `dir` and opens it: returns the target's symlink set aside there, whether
+    /// a directory was there, the tree, and the open directory.
     async fn enter(
         &self,
-        node: &Node,
+        tree: Option<Task<Result<Tree>>>,
         dir: &OpenDir,
         name: &OsStr,
     ) -> Result<(Option<PathBuf>, bool, Option<Tree>, OpenDir)> {
-        let tree = match &node.subtree {
-            Some(sub) => Some(self.repo.read_tree(sub).await?),
+        let tree = match tree {
+            Some(task) => Some(tree_read(task).await?),
             None => None,
         };
         let path = dir.display(name);
