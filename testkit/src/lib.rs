@@ -9,6 +9,7 @@
 //!   stopped with SIGTERM.
 //! - [`metrics`]: `/metrics` scraped and summed.
 //! - [`walk`]: every file under a directory (what an upstream stored).
+//! - [`loopdev`]: a loop device over a file, detached on drop.
 //! - `upstream` and `gateway` (feature `s3`): a real S3 server (s3s-fs, or the embedded
 //!   default's store) over HTTP on loopback, and a loopback `GatewayConfig` in front of it.
 //! - `fault` (feature `s3`): that upstream killing a `kura` process right after a chosen
@@ -19,6 +20,7 @@ pub mod data;
 pub mod fault;
 #[cfg(feature = "s3")]
 pub mod gateway;
+pub mod loopdev;
 pub mod metrics;
 pub mod net;
 pub mod process;

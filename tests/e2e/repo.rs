@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use kura_testkit::data::pseudo_random;
+use kura_testkit::loopdev::Loop;
 use kura_testkit::net::free_port;
 use kura_testkit::process::{kura_bin, stop, wait_ready};
 
@@ -1016,28 +1017,6 @@ fn forget_keeps_each_volume_and_a_dry_run_says_why_in_json() {
         "no rule is refused, even in a dry run"
     );
     assert_eq!(count(&gw), 3);
-}
-
-/// A loop device over a file, detached on drop; `None` where this process may not make
-/// one (not root, no loop driver): the device tests then say so and pass.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &Path) -> Option<Self> {
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(file)
-            .output()
-            .ok()?;
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (out.status.success() && dev.starts_with("/dev/")).then_some(Self(dev))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["--detach", &self.0]).status();
-    }
 }
 
 /// A device restore opens the device exclusively: refused while something holds it (as

@@ -68,3 +68,51 @@ async fn a_sparse_file_is_stored_with_holes_and_restored_sparse() {
         "the restored file is sparse: {allocated} bytes allocated for {size}"
     );
 }
+
+/// Issue 26 item 5. Before: the holes of an image were written as zeros onto the device, so
+/// a thin LV (here a loop device over a fully allocated file, whose write-zeroes and
+/// discard punch holes in that file) came back fully allocated. Now a hole is zeroed by the
+/// device (`fallocate` PUNCH_HOLE: write-zeroes that may unmap, never a fallback to written
+/// zeros), and what was there before reads back as zeros.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_onto_a_loop_device_leaves_the_images_holes_unallocated() {
+    use kura_testkit::loopdev::Loop;
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let image = src.path().join("vol.img");
+    let size: usize = 16 << 20;
+    let mut want = vec![0u8; size];
+    want[..1 << 20].copy_from_slice(&pseudo_random(1 << 20, 3));
+    want[size - (1 << 20)..].copy_from_slice(&pseudo_random(1 << 20, 4));
+    std::fs::write(&image, &want).unwrap();
+    let mut repo = Repository::init(env.storage("device-holes"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Block(image.clone()), opts())
+        .await
+        .unwrap();
+    let root = repo.read_tree(&snap.tree).await.unwrap();
+    assert_eq!(root.nodes.len(), 1, "a one-file snapshot");
+    let node = root.nodes[0].clone();
+
+    // The device held other data everywhere: every block of its backing file allocated.
+    let backing = src.path().join("thin.img");
+    std::fs::write(&backing, vec![0xAAu8; size]).unwrap();
+    let Some(dev) = Loop::attach(&backing) else {
+        eprintln!("no loop device can be made here (needs root and losetup): not run");
+        return;
+    };
+    kura_repo::restore_file(&repo, &node, std::path::Path::new(&dev.0))
+        .await
+        .unwrap();
+    drop(dev);
+    assert!(
+        std::fs::read(&backing).unwrap() == want,
+        "the device's content"
+    );
+    let allocated = std::fs::metadata(&backing).unwrap().blocks() * 512;
+    assert!(
+        allocated <= 4 << 20,
+        "the holes are unallocated: {allocated} bytes of {size} allocated"
+    );
+}
