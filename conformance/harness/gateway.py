@@ -6,7 +6,7 @@ import secrets
 import subprocess
 import urllib.request
 
-from .upstreams import ROOT, free_port, wait_for_port
+from .upstreams import ROOT, Moto, free_port, stop_process, wait_for_port
 
 KURA = ROOT / "target" / "release" / "kura"
 
@@ -49,3 +49,29 @@ def start_gateway(work, upstream, log, powers=(), secret_key=None):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
         assert r.status == 200
     return proc, port, access_key, secret_key
+
+
+class MotoGateway:
+    """moto's S3 server and a gateway of its own in front of it, for scenarios that need an
+    upstream that keeps versions (neither s3s-fs nor Garage does), whatever `--upstream`
+    says. Logs go into `work`; `start` goes inside a step, `stop` into a `finally`."""
+
+    def __init__(self, work):
+        self.upstream = Moto(work)
+        self.work = work
+        self.up_log = open(work / "moto.log", "wb")
+        self.gw_log = open(work / "gateway.log", "wb")
+        self.proc = self.port = self.access_key = self.secret_key = None
+
+    def start(self, **gateway_options):
+        """Starts both; `gateway_options` as `start_gateway`'s (powers, secret_key)."""
+        self.upstream.start(self.up_log)
+        self.proc, self.port, self.access_key, self.secret_key = start_gateway(
+            self.work, self.upstream, self.gw_log, **gateway_options
+        )
+
+    def stop(self):
+        stop_process(self.proc)
+        self.upstream.stop()
+        self.up_log.close()
+        self.gw_log.close()

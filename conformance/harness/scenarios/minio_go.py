@@ -8,8 +8,7 @@ PutObjectRetention, which acts with the gateway's upstream identity, so that gat
 credential is given the `object-retention` power (gateway/README.md, "Client powers")."""
 
 from ..context import KURA_MAGIC, check
-from ..gateway import start_gateway
-from ..upstreams import Moto, stop_process
+from ..gateway import MotoGateway
 from .goscenario import GO_BIN, debian_version, go_version, run_steps
 
 CLIENT = "minio-go"
@@ -27,19 +26,15 @@ def run(ctx):
     locked_bucket = "conf-miniogo-locked"
     work = ctx.work / CLIENT
     work.mkdir()
-    upstream = Moto(work)
-    up_log = open(work / "moto.log", "wb")
-    gw_log = open(work / "gateway.log", "wb")
-    gateway = None
+    own = MotoGateway(work)
+    upstream = own.upstream
     try:
         with ctx.step(CLIENT, "setup: buckets; moto with Object Lock and its gateway"):
             ctx.gateway_s3().create_bucket(Bucket=bucket)
-            upstream.start(up_log)
-            gateway, port, _, _ = start_gateway(work, upstream, gw_log, powers=["object-retention"],
-                                                secret_key=ctx.secret_key)
+            own.start(powers=["object-retention"], secret_key=ctx.secret_key)
             # As an operator does it: Object Lock (which turns versioning on) at the provider.
             upstream.s3().create_bucket(Bucket=locked_bucket, ObjectLockEnabledForBucket=True)
-        locked = ["-locked-endpoint", f"127.0.0.1:{port}", "-locked-bucket", locked_bucket] if gateway else []
+        locked = ["-locked-endpoint", f"127.0.0.1:{own.port}", "-locked-bucket", locked_bucket] if own.proc else []
         run_steps(ctx, CLIENT, [GO_BIN / "kopia-minio", "-endpoint", ctx.gateway_url.removeprefix("http://"),
                                 "-bucket", bucket, *locked])
         with ctx.step(CLIENT, "upstream holds only ciphertext (every version)"):
@@ -52,7 +47,4 @@ def run(ctx):
                                      Range="bytes=0-3")["Body"].read()
                 check(head == KURA_MAGIC, f"version {v['VersionId']} is not a kura body: {head!r}")
     finally:
-        stop_process(gateway)
-        upstream.stop()
-        up_log.close()
-        gw_log.close()
+        own.stop()

@@ -12,8 +12,7 @@ import botocore
 from botocore.config import Config
 
 from ..context import KURA_MAGIC, check
-from ..gateway import start_gateway
-from ..upstreams import Moto, stop_process
+from ..gateway import MotoGateway
 
 CLIENT = "versioned"
 
@@ -40,24 +39,17 @@ def error_code(call):
 def run(ctx):
     work = ctx.work / CLIENT
     work.mkdir(exist_ok=True)
-    upstream = Moto(work)
-    up_log = open(work / "moto.log", "wb")
-    gw_log = open(work / "gateway.log", "wb")
-    gateway = None
+    own = MotoGateway(work)
     try:
         with ctx.step(CLIENT, "setup: moto, gateway, versioned bucket"):
-            upstream.start(up_log)
-            gateway, port, ak, sk = start_gateway(work, upstream, gw_log)
-        if gateway is None:
+            own.start()
+        if own.proc is None:
             return
-        steps(ctx, upstream, port, ak, sk)
+        steps(ctx, own.upstream, own.port, own.access_key, own.secret_key)
         with ctx.step(CLIENT, "gateway still running"):
-            check(gateway.poll() is None, f"gateway exited {gateway.returncode}")
+            check(own.proc.poll() is None, f"gateway exited {own.proc.returncode}")
     finally:
-        stop_process(gateway)
-        upstream.stop()
-        up_log.close()
-        gw_log.close()
+        own.stop()
 
 
 def steps(ctx, upstream, port, ak, sk):
