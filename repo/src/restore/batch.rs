@@ -1,8 +1,8 @@
 //! A directory's small files restored together, pack by pack, as restic's restorer does:
 //! each file of one chunk is planned by where its blob lies, blobs that lie next to each
 //! other are read with one range GET (a run of up to `FETCH_SPAN` bytes, `FETCH_AHEAD` runs
-//! in flight), and a run's files are written in one blocking task. A tree of small files
-//! then costs a GET per run instead of one per file.
+//! in flight), and a run's files are written by `WRITERS` blocking tasks. A tree of small
+//! files then costs a GET per run instead of one per file.
 //!
 //! Damage stays per file: a run that cannot be read (one damaged blob fails the whole
 //! GET's check) is restored again one file at a time through [`new_file`], so only the
@@ -139,7 +139,8 @@ async fn one_run<'a, S: Storage>(
     ))
 }
 
-/// Writes the files of a run whose blobs were read, in one blocking task.
+/// Writes the files of a run whose blobs were read, split between `WRITERS` blocking
+/// tasks; the ends in the run's order.
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
     dir: &OpenDir,
