@@ -68,14 +68,54 @@ fn bad(msg: impl Into<String>) -> Error {
 /// the gateway's config and credentials, the repository config.
 #[must_use]
 pub fn describe_toml_error(error: &toml::de::Error, text: &str) -> String {
-    let message = error.message().trim_end();
+    let message = without_values(error.message().trim_end());
     let Some(span) = error.span() else {
-        return message.to_string();
+        return message;
     };
     let before = text.get(..span.start).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     format!("{message} (line {line}, column {column})")
+}
+
+/// `message` with every value serde quotes in it named by its type only: a type error
+/// says `invalid type: string "...", expected u32` of whatever stood there, and a value in
+/// the wrong place may be a secret (found by the `keyfile` fuzz target). Field names stay.
+fn without_values(message: &str) -> String {
+    // serde's `Unexpected` and unknown-variant wording: a string is Debug-quoted (`\"`
+    // escaped), the others are in backticks.
+    const QUOTED: [(&str, char, &str); 6] = [
+        ("string \"", '"', "a string"),
+        ("boolean `", '`', "a boolean"),
+        ("integer `", '`', "an integer"),
+        ("floating point `", '`', "a float"),
+        ("character `", '`', "a character"),
+        ("unknown variant `", '`', "an unknown variant"),
+    ];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    'scan: while !rest.is_empty() {
+        for (open, close, name) in QUOTED {
+            if let Some(after) = rest.strip_prefix(open) {
+                let mut escaped = false;
+                for (i, c) in after.char_indices() {
+                    if c == close && !escaped {
+                        out.push_str(name);
+                        rest = &after[i + c.len_utf8()..];
+                        continue 'scan;
+                    }
+                    escaped = close == '"' && c == '\\' && !escaped;
+                }
+                // Unterminated: nothing after the opening is kept.
+                out.push_str(name);
+                return out;
+            }
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// Parses a key file's TOML, described as [`describe_toml_error`] does when it does not.
@@ -338,5 +378,22 @@ mod tests {
         let err = Keyring::from_toml(&text, None).err().unwrap().to_string();
         assert!(!err.contains(secret), "{err}");
         assert!(err.contains("line 5"), "says where: {err}");
+    }
+
+    /// Found by the `keyfile` fuzz target (CI, 2026-12-06): serde's type errors quote the
+    /// string they were given, and a value put in the wrong place may be a secret.
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_type_not_quoted() {
+        let secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I";
+        let text = format!("version = 1\n[sealed]\nm_cost_kib = \"{secret}\"\n");
+        let err = Keyring::from_toml(&text, None).err().unwrap().to_string();
+        assert!(!err.contains(secret), "{err}");
+        assert!(
+            err.contains("invalid type: a string, expected u32") && err.contains("line 3"),
+            "says what and where: {err}"
+        );
+        let text = "version = 1\nactive = 'k'\n[[keys]]\nid = 'k'\nsecret = 'c2Vj'\ncreated = 'x'\n[sealed]\nkdf = 'ab'\nm_cost_kib = 'x'";
+        let err = Keyring::from_toml(text, None).err().unwrap().to_string();
+        assert!(!err.contains("'x'") && !err.contains("\"x\""), "{err}");
     }
 }
