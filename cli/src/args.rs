@@ -317,9 +317,30 @@ pub struct BackupArgs {
     /// The file name of the stream in the snapshot.
     #[arg(long, default_value = "stdin", requires = "stream")]
     pub stdin_name: String,
-    /// The path is a block device or image: fixed chunks, zero chunks stored as holes.
+    /// The path is a block device or image: fixed chunks, zero chunks stored as holes;
+    /// an image file's holes are not read.
     #[arg(long)]
     pub block: bool,
+    /// With --block and --parent: read only the extents this file says changed since the
+    /// parent (`thin_delta` XML, CSI GetMetadataDelta records as JSON or the lister's
+    /// table, or `OFFSET LENGTH` lines); the other blocks keep the parent's data.
+    #[arg(long, value_name = "EXTENTS", requires_all = ["block", "parent"], conflicts_with = "allocated")]
+    pub changed: Option<PathBuf>,
+    /// With --block: read only the extents this file says are allocated (`thin_dump`
+    /// XML of the one thin device, CSI GetMetadataAllocated records, or `OFFSET LENGTH`
+    /// lines); the rest is stored as zeros without being read.
+    #[arg(long, value_name = "EXTENTS", requires = "block")]
+    pub allocated: Option<PathBuf>,
+    /// With --block: the source's identity, which an incremental's parent must share
+    /// (the origin volume's name, where each night's snapshot has its own device path)
+    /// [default: the path].
+    #[arg(long, value_name = "ID", requires = "block")]
+    pub source_id: Option<String>,
+    /// With --changed or --allocated: read every block on every Nth backup in a row that
+    /// trusted an extents file, compare with what the file and the parent said, and store
+    /// and report any difference.
+    #[arg(long, value_name = "N", requires = "block", value_parser = clap::value_parser!(u32).range(1..))]
+    pub verify_every: Option<u32>,
     /// Tag the snapshot (repeatable).
     #[arg(long = "tag")]
     pub tags: Vec<String>,
@@ -363,6 +384,10 @@ pub struct RestoreArgs {
     /// `data/app`, `data/*.log`, `**/*.yaml`) and what is below them; repeatable.
     #[arg(long, value_name = "GLOB")]
     pub include: Vec<String>,
+    /// The block device (or image) still holds this older snapshot of the same source:
+    /// write only the blocks in which the two differ.
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with = "include")]
+    pub only_changed_since: Option<String>,
 }
 
 /// `kura gateway`: every flag has a config-file key of the same name (with `_`), and a

@@ -112,6 +112,15 @@ pub enum RepoError {
         /// The image's size in bytes.
         needed: u64,
     },
+    /// A file of extents (`--changed`, `--allocated`) that does not parse, or says
+    /// something impossible (an extent past the source's end).
+    #[error("extents file: {0}")]
+    Extents(String),
+    /// A block backup's parent (or a restore's `--only-changed-since` snapshot) that the
+    /// changed blocks cannot be taken from: another source, another size, or not a block
+    /// backup.
+    #[error("{0}; nothing was read")]
+    WrongParent(String),
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]
     Random,

@@ -193,6 +193,7 @@ mod tests {
             errors: vec![],
             changed_during_backup: vec![],
             summary: crate::snapshot::Summary::default(),
+            block: None,
             program: String::new(),
         }
     }

@@ -23,15 +23,18 @@
 //! - Formats: `config.rs`, `id.rs`, `blob.rs`, `pack.rs`, `index.rs`, `tree.rs`,
 //!   `snapshot.rs`; chunking `cdc.rs`; errors [`RepoError`].
 
+mod aligned;
 mod backup;
 mod beneath;
 mod blob;
+mod blocks;
 mod cdc;
 mod check;
 mod clock;
 mod config;
 mod diff;
 mod error;
+mod extents;
 mod forget;
 pub mod fsmeta;
 mod id;
@@ -53,12 +56,13 @@ mod snapshot;
 mod storage;
 mod tree;
 
-pub use backup::{Options as BackupOptions, Source, backup};
+pub use backup::{BlockMap, BlockOptions, Options as BackupOptions, Source, backup};
 pub use blob::{BlobType, Compression};
 pub use check::{CheckReport, check};
 pub use config::{ChunkerSizes, Config, DEFAULT_GRACE, DEFAULT_SESSION_TIMEOUT, Params};
 pub use diff::{Change, diff};
 pub use error::{LatestCandidate, RepoError, Result};
+pub use extents::{Extents, ExtentsFormat};
 pub use forget::{ForgetGroup, ForgetOptions, ForgetReport, Verdict, forget};
 pub use id::Id;
 pub use include::Include;
@@ -71,11 +75,11 @@ pub use repair_index::{RepairIndexReport, repair_index};
 pub use repair_snapshots::{RepairSnapshotsReport, repair_snapshots};
 pub use repository::Repository;
 pub use restore::{
-    FAILURES_IN_A_ROW, FileTarget, RestoreSummary, restore, restore_file, restore_file_to,
-    write_content,
+    ChangedRestore, FAILURES_IN_A_ROW, FileTarget, RestoreSummary, restore, restore_changed_to,
+    restore_file, restore_file_to, write_content,
 };
 pub use select::{GroupBy, GroupKey, SnapshotFilter};
-pub use snapshot::{Snapshot, Summary};
+pub use snapshot::{BlockRecord, Snapshot, Summary};
 pub use storage::{
     DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage, endpoint_is_protected,
 };

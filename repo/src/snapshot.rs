@@ -35,6 +35,40 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// How a block backup chose the blocks it read (FORMAT.md section 8.3).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRecord {
+    /// The source's identity: what `--source-id` named, or the path backed up. An
+    /// incremental's parent must have the same.
+    pub source: String,
+    /// The source's size in bytes.
+    pub size: u64,
+    /// The size of its blocks (the repository's `block_size`).
+    pub block_size: u64,
+    /// How the blocks read were chosen: `all`; `seek_data` (an image file's holes, as the
+    /// file system reports them, were not read); `allocated:FORMAT` (only the extents of
+    /// a `thin_dump`, CSI or list file were read, the rest taken for zeros);
+    /// `changed:FORMAT` (only the changed extents were read, the rest taken from the
+    /// parent); `verified:FORMAT` (a changed-block run that read every block and compared).
+    pub read: String,
+    /// Backups in a row, this one included, that trusted an extents file (`allocated` or
+    /// `changed`) since the last one that read every block: 0 for one that read every
+    /// block.
+    #[serde(default)]
+    pub trusted_runs: u32,
+    /// Bytes taken from the parent without reading them.
+    #[serde(default)]
+    pub bytes_from_parent: u64,
+    /// Bytes taken for zeros without reading them (holes, unallocated extents).
+    #[serde(default)]
+    pub bytes_unallocated: u64,
+    /// A verifying run's blocks that differed from what the extents and the parent said,
+    /// as `(offset, length)` in bytes: stored as read. Older snapshots of the chain may be
+    /// wrong there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mismatched: Vec<(u64, u64)>,
+}
+
 /// One snapshot.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -70,6 +104,10 @@ pub struct Snapshot {
     /// Counts.
     #[serde(default)]
     pub summary: Summary,
+    /// What a `--block` backup read and how it knew which blocks to read (FORMAT.md 8.3);
+    /// absent for other backups and for block backups written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<BlockRecord>,
     /// Program and version.
     pub program: String,
 }

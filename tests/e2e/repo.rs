@@ -1104,3 +1104,102 @@ fn parent_latest_is_the_newest_of_the_same_paths() {
         "a's own parent: {out}"
     );
 }
+
+/// Issue 26 from the command line: `--changed` with `--parent latest` (the newest of the
+/// `--source-id`, whatever the device's path), a verifying run that finds a block the
+/// extents file missed (exit 1, the snapshot saved), and `--only-changed-since`.
+#[test]
+fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() {
+    const MIB: usize = 1 << 20;
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let mut mon = vec![0u8; 4 * MIB];
+    mon[..MIB].copy_from_slice(&pseudo_random(MIB, 1));
+    mon[2 * MIB..3 * MIB].copy_from_slice(&pseudo_random(MIB, 2));
+    let mut tue = mon.clone();
+    tue[2 * MIB..3 * MIB].copy_from_slice(&pseudo_random(MIB, 3));
+    std::fs::write(p("mon.img"), &mon).unwrap();
+    std::fs::write(p("tue.img"), &tue).unwrap();
+    std::fs::write(p("delta"), "2097152 1048576\n").unwrap();
+    std::fs::write(p("nothing"), "# no changes\n").unwrap();
+    let json = |out: &str| serde_json::from_str::<serde_json::Value>(out).unwrap();
+    let base = [
+        "backup",
+        "--host",
+        "node-1",
+        "--json",
+        "--block",
+        "--source-id",
+        "vg0/vol",
+    ];
+    let run = |more: &[&str]| kura(&gw, &[&base[..], more].concat(), None);
+
+    let first = json(&ok(&run(&[&p("mon.img")])));
+    let out = run(&["--changed", &p("delta"), &p("tue.img")]);
+    assert!(!out.status.success(), "--changed without --parent");
+    let second = json(&ok(&run(&[
+        "--parent",
+        "latest",
+        "--changed",
+        &p("delta"),
+        &p("tue.img"),
+    ])));
+    let snap = &second["snapshot"];
+    assert_eq!(
+        snap["parent"], first["id"],
+        "latest of the source, not of the path"
+    );
+    assert_eq!(snap["summary"]["bytes_read"], MIB);
+    assert_eq!(snap["block"]["read"], "changed:list");
+
+    // Block 0 changes, and an extents file says nothing did: the verifying run catches it.
+    let mut wed = tue.clone();
+    wed[..MIB].copy_from_slice(&pseudo_random(MIB, 4));
+    std::fs::write(p("wed.img"), &wed).unwrap();
+    let out = run(&[
+        "--parent",
+        "latest",
+        "--changed",
+        &p("nothing"),
+        "--verify-every",
+        "1",
+        &p("wed.img"),
+    ]);
+    assert!(
+        !out.status.success(),
+        "a verifying run that found a difference fails"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1048576 bytes in 1 extents (the first at byte 0) differed"),
+        "{err}"
+    );
+    let third = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        third["snapshot"]["block"]["mismatched"],
+        serde_json::json!([[0, MIB]])
+    );
+
+    std::fs::write(p("target.img"), &mon).unwrap();
+    let (id1, id3) = (first["id"].as_str().unwrap(), third["id"].as_str().unwrap());
+    let out = kura(
+        &gw,
+        &[
+            "restore",
+            id3,
+            &p("target.img"),
+            "--only-changed-since",
+            id1,
+        ],
+        None,
+    );
+    ok(&out);
+    assert!(
+        std::fs::read(p("target.img")).unwrap() == wed,
+        "Wednesday's image"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2097152 of 4194304 bytes written"), "{err}");
+}

@@ -36,6 +36,9 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                     tree.nodes.len()
                 );
             };
+            if let Some(since) = &args.only_changed_since {
+                return changed_since(&repo, (&id, &snap), node, since, args).await;
+            }
             let size = node.size.unwrap_or(0);
             let target = kura_repo::FileTarget::open(&args.target, node)
                 .with_context(|| format!("restoring onto {}", args.target.display()))?;
@@ -59,6 +62,12 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                 args.target.display()
             );
             return Ok(());
+        }
+        if args.only_changed_since.is_some() {
+            bail!(
+                "--only-changed-since restores a block image onto a device or image file; {} is a directory",
+                args.target.display()
+            );
         }
         let bar = crate::progress::start(repo.progress().clone(), "restore");
         let include = kura_repo::Include::new(&args.include)?;
@@ -95,4 +104,65 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `--only-changed-since SINCE`: the target holds snapshot SINCE of the same source; only
+/// the blocks in which `snap` differs from it are written.
+async fn changed_since(
+    repo: &kura_repo::Repository<kura_repo::S3Storage>,
+    (id, snap): (&kura_repo::Id, &kura_repo::Snapshot),
+    node: &kura_repo::Node,
+    since: &str,
+    args: &RestoreArgs,
+) -> Result<()> {
+    let (since_id, since_snap) =
+        super::find_snapshot(repo, since, &crate::args::FilterArgs::default()).await?;
+    let (Some(new), Some(old)) = (&snap.block, &since_snap.block) else {
+        bail!(
+            "--only-changed-since needs two block backups; snapshot {} is not one",
+            if snap.block.is_none() {
+                id.short()
+            } else {
+                since_id.short()
+            }
+        );
+    };
+    if new.source != old.source || new.block_size != old.block_size {
+        bail!(
+            "snapshot {} is of source {:?}, snapshot {} of {:?}: the target cannot hold both",
+            since_id.short(),
+            old.source,
+            id.short(),
+            new.source
+        );
+    }
+    let tree = repo.read_tree(&since_snap.tree).await?;
+    let [old_node] = tree.nodes.as_slice() else {
+        bail!(
+            "snapshot {} holds {} entries, not one image",
+            since_id.short(),
+            tree.nodes.len()
+        );
+    };
+    let target = kura_repo::FileTarget::open_in_place(&args.target, node)
+        .with_context(|| format!("restoring onto {}", args.target.display()))?;
+    eprintln!(
+        "kura: writing onto {} the blocks in which snapshot {} differs from {}, which it must hold",
+        args.target.display(),
+        id.short(),
+        since_id.short()
+    );
+    let bar = crate::progress::start(repo.progress().clone(), "restore");
+    let done = kura_repo::restore_changed_to(repo, node, old_node, new.block_size, target).await;
+    drop(bar);
+    let done = done.with_context(|| format!("restoring onto {}", args.target.display()))?;
+    eprintln!(
+        "restored snapshot {} onto {}: {} of {} bytes written (the rest as snapshot {} left it)",
+        id.short(),
+        args.target.display(),
+        done.written,
+        done.bytes,
+        since_id.short()
+    );
+    Ok(())
 }

@@ -1,13 +1,14 @@
-//! Chunking: content-defined chunks of files and streams (FastCDC, `cdc.rs`), fixed blocks
-//! of devices and images; all-zero chunks of either become holes. Chunks are hashed, and the new
+//! Chunking: content-defined chunks of files and streams (FastCDC, `cdc.rs`), and the
+//! hashing and compressing of those and of the fixed blocks of devices and images
+//! (`block.rs` reads them); all-zero chunks of either become holes. Chunks are hashed, and the new
 //! ones compressed, in batches on every core (`par_map`) before the packer takes them.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
 use super::packer::Packer;
 use crate::blob::{self, BlobType};
+pub(super) use crate::blocks::push_entry;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::storage::Storage;
@@ -131,62 +132,10 @@ impl Chunker {
         Ok(())
     }
 
-    /// Fixed chunks of a device or image; all-zero chunks become holes.
-    pub(super) fn fixed<S: Storage>(
-        &mut self,
-        packer: &mut Packer<S>,
-        mut file: File,
-        path: &Path,
-        read: &mut impl FnMut(&Packer<S>, u64),
-    ) -> Result<(Vec<Content>, u64)> {
-        let block = packer.repo().config.params.block_size as usize;
-        // Several blocks per read (16 MiB), so that hashing and compressing have a batch
-        // worth sharing between threads.
-        let blocks_per_read = ((16 << 20) / block).max(1);
-        let mut buf = vec![0u8; block * blocks_per_read];
-        let mut content: Vec<Content> = Vec::new();
-        let mut size = 0u64;
-        loop {
-            let mut filled = 0;
-            while filled < buf.len() {
-                match file.read(&mut buf[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(RepoError::io(path, e)),
-                }
-            }
-            size += filled as u64;
-            read(packer, filled as u64);
-            // (offset, len, is all zeros) per block; only the others are stored.
-            let blocks: Vec<(usize, usize, bool)> = (0..filled)
-                .step_by(block)
-                .map(|o| {
-                    let l = block.min(filled - o);
-                    (o, l, buf[o..o + l].iter().all(|&b| b == 0))
-                })
-                .collect();
-            let data: Vec<(usize, usize)> = blocks
-                .iter()
-                .filter(|b| !b.2)
-                .map(|&(o, l, _)| (o, l))
-                .collect();
-            let mut ids = self.data_chunks(packer, &buf, &data)?.into_iter();
-            for (_, l, zero) in blocks {
-                let blob = (!zero).then(|| ids.next().expect("one ID per data block"));
-                push_entry(&mut content, l as u64, blob);
-            }
-            if filled < buf.len() {
-                break;
-            }
-        }
-        Ok((content, size))
-    }
-
     /// Data chunks `buf[offset..offset + len]`, in order. A batch of at least
     /// `PARALLEL_MIN` bytes is hashed, then compressed, on every core; smaller ones (small
     /// files) go one by one, without the threads and zstd contexts that would cost more.
-    fn data_chunks<S: Storage>(
+    pub(super) fn data_chunks<S: Storage>(
         &mut self,
         packer: &mut Packer<S>,
         buf: &[u8],
@@ -213,18 +162,6 @@ impl Chunker {
             packer.add_stored(BlobType::Data, ids[i], &buf[o..o + l], c)?;
         }
         Ok(ids)
-    }
-}
-
-/// Appends a chunk of `len` bytes to `content`: its blob, or with `None` a hole, merged
-/// with a hole just before it.
-fn push_entry(content: &mut Vec<Content>, len: u64, blob: Option<Id>) {
-    match blob {
-        Some(blob) => content.push(Content::Blob { blob }),
-        None => match content.last_mut() {
-            Some(Content::Zero { zero }) => *zero += len,
-            _ => content.push(Content::Zero { zero: len }),
-        },
     }
 }
 

@@ -5,7 +5,9 @@
 //! - `walk.rs`: the sources and directory trees, each entry's metadata and xattrs;
 //! - `command.rs`: the command whose output a `Source::Command` stores, and its exit;
 //! - `read.rs`: opening a listed file safely (the file listed, not what replaced it);
-//! - `chunk.rs`: content-defined or fixed chunks, hashed and compressed on every core;
+//! - `block.rs`: a device or image in fixed blocks, only those that can hold something
+//!   new (holes, `--allocated`, `--changed`), read ahead of the hashing;
+//! - `chunk.rs`: content-defined chunks, and every chunk hashed and compressed on every core;
 //! - `packer.rs`: new blobs into packs, pack uploads, index objects.
 //!
 //! Reading and chunking run on a blocking-pool thread; packs upload on the runtime, at
@@ -15,6 +17,7 @@
 //! whatever the data. Chunks are hashed and compressed on every core in batches
 //! (`par_map`).
 
+mod block;
 mod chunk;
 mod command;
 mod packer;
@@ -36,6 +39,7 @@ use crate::storage::{FileType, Storage};
 use packer::Packer;
 use walk::{Parent, Walker};
 
+pub use block::{BlockMap, BlockOptions};
 pub use walk::Source;
 
 /// Snapshot labels.
@@ -53,6 +57,8 @@ pub struct Options {
     /// [`crate::INDEX_INTERVAL`]); what a backup stored before its last index object is
     /// reused by the next run if this one fails.
     pub index_interval: Option<std::time::Duration>,
+    /// For `Source::Block`: which blocks to read.
+    pub block: BlockOptions,
 }
 
 /// Runs a backup and writes its snapshot, within a session (FORMAT.md section 9.2).
@@ -128,7 +134,7 @@ async fn in_session<S: Storage>(
     let parent = match &opts.parent {
         Some(id) => {
             let snap = repo.load_snapshot(id).await?;
-            Some((snap.tree, snap.instant()))
+            Some((snap.tree, snap.instant(), snap.block))
         }
         None => None,
     };
@@ -168,22 +174,27 @@ fn run<S: Storage>(
     w: &mut Walker<S>,
     source: Source,
     opts: Options,
-    parent: Option<(Id, Option<time::OffsetDateTime>)>,
+    parent: Option<(
+        Id,
+        Option<time::OffsetDateTime>,
+        Option<crate::snapshot::BlockRecord>,
+    )>,
 ) -> Result<Snapshot> {
     // Before the first file is listed: the next backup trusts no file changed since
     // (FORMAT.md section 9).
     let started = now_rfc3339();
     let parent = match parent {
-        Some((root, started)) => Some(Parent {
+        Some((root, started, block)) => Some(Parent {
             root: w
                 .packer
                 .handle()
                 .block_on(w.packer.repo().read_tree(&root))?,
             started,
+            block,
         }),
         None => None,
     };
-    let (root, paths) = w.source(source, parent.as_ref())?;
+    let (root, paths) = w.source(source, parent.as_ref(), &opts.block)?;
     let (paths, paths_hex) = Snapshot::record_paths(&paths);
     w.packer.finish()?;
     let snap = Snapshot {
@@ -198,6 +209,7 @@ fn run<S: Storage>(
         errors: w.take_errors(),
         changed_during_backup: w.take_changed(),
         summary: w.take_summary(),
+        block: w.block.take(),
         program: format!("kura {}", env!("CARGO_PKG_VERSION")),
     };
     Ok(snap)

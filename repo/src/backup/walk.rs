@@ -9,12 +9,13 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek as _, SeekFrom};
+use std::io::Read;
 use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
+use super::block::{BlockOptions, ParentBlock};
 use super::chunk::Chunker;
 use super::command::Child;
 use super::packer::Packer;
@@ -39,6 +40,8 @@ pub(super) struct Parent {
     /// When it started (its `time`); `None` when that does not parse, and then no file is
     /// taken from it unread.
     pub(super) started: Option<time::OffsetDateTime>,
+    /// What it read, if it is a block backup.
+    pub(super) block: Option<crate::snapshot::BlockRecord>,
 }
 
 /// What to back up.
@@ -89,9 +92,9 @@ fn stream_node(name: &str) -> Result<Node> {
 pub(super) struct Walker<S: Storage> {
     /// Where every blob goes.
     pub(super) packer: Packer<S>,
-    chunker: Chunker,
+    pub(super) chunker: Chunker,
     /// Counts of what was read (the packer counts what was stored).
-    summary: Summary,
+    pub(super) summary: Summary,
     /// What could not be read, as `path: why`.
     errors: Vec<String>,
     /// The files that changed at every reading.
@@ -99,6 +102,8 @@ pub(super) struct Walker<S: Storage> {
     /// Files whose parent record has an mtime or ctime at or after this (ns since the
     /// epoch) are read again; `None`: every file is.
     trusted_before: Option<i128>,
+    /// What a `--block` backup read, for its snapshot.
+    pub(super) block: Option<crate::snapshot::BlockRecord>,
 }
 
 impl<S: Storage> Walker<S> {
@@ -111,6 +116,7 @@ impl<S: Storage> Walker<S> {
             errors: Vec::new(),
             changed: Vec::new(),
             trusted_before: None,
+            block: None,
         })
     }
 
@@ -146,10 +152,18 @@ impl<S: Storage> Walker<S> {
         &mut self,
         source: Source,
         parent: Option<&Parent>,
+        block: &BlockOptions,
     ) -> Result<(Id, Vec<std::ffi::OsString>)> {
         self.trusted_before = parent
             .and_then(|p| p.started)
             .map(|t| t.unix_timestamp_nanos() - RACY_MARGIN_NS);
+        let block_parent = parent.map(|p| ParentBlock {
+            record: p.block.clone(),
+            node: match p.root.nodes.as_slice() {
+                [node] => Some(node.clone()),
+                _ => None,
+            },
+        });
         let parent = parent.map(|p| &p.root);
         let mut root = Tree::default();
         let mut paths = Vec::new();
@@ -201,20 +215,7 @@ impl<S: Storage> Walker<S> {
             }
             Source::Block(path) => {
                 paths.push(path.clone().into_os_string());
-                let meta = std::fs::metadata(&path).map_err(|e| RepoError::io(&path, e))?;
-                let mut file = File::open(&path).map_err(|e| RepoError::io(&path, e))?;
-                // A block device's metadata says 0 bytes; its end says how large it is.
-                let len = file
-                    .seek(SeekFrom::End(0))
-                    .and_then(|n| file.seek(SeekFrom::Start(0)).map(|_| n))
-                    .map_err(|e| RepoError::io(&path, e))?;
-                self.packer.repo().progress.set_total(len);
-                let mut node = node_from_meta(&meta, NodeType::File);
-                node.set_name(path.file_name().unwrap_or(std::ffi::OsStr::new("device")));
-                let (content, size) = self.fixed(file, &path)?;
-                node.size = Some(size);
-                node.content = Some(content);
-                self.summary.files += 1;
+                let node = self.block(&path, block_parent.as_ref(), block)?;
                 root.nodes.push(node);
             }
         }
@@ -495,20 +496,10 @@ impl<S: Storage> Walker<S> {
                 report(summary, packer);
             })
     }
-
-    /// Fixed chunks of a device or image, counted as read.
-    fn fixed(&mut self, file: File, path: &Path) -> Result<(Vec<Content>, u64)> {
-        let summary = &mut self.summary;
-        self.chunker
-            .fixed(&mut self.packer, file, path, &mut |packer, n| {
-                summary.bytes_read += n;
-                report(summary, packer);
-            })
-    }
 }
 
 /// Publishes the counters so far to the repository handle's progress.
-fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
+pub(super) fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
     packer
         .repo()
         .progress
@@ -516,7 +507,7 @@ fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
 }
 
 /// A node of `kind` with the metadata of `meta`.
-fn node_from_meta(meta: &std::fs::Metadata, kind: NodeType) -> Node {
+pub(super) fn node_from_meta(meta: &std::fs::Metadata, kind: NodeType) -> Node {
     Node {
         kind: Some(kind),
         mode: meta.mode() & 0o7777,

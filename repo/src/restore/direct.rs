@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
-/// Alignment of offsets, lengths and memory for direct I/O.
-pub const ALIGN: usize = 4096;
+pub use crate::aligned::ALIGN;
+use crate::aligned::Aligned;
 
 /// Bytes gathered before a write.
 pub const DIRECT_BUFFER: usize = 8 << 20;
@@ -31,30 +31,6 @@ pub const DIRECT_BUFFER: usize = 8 << 20;
 /// Files at least this long are restored with direct I/O; smaller ones are written
 /// through the page cache (a few synchronous writes would cost more than they save).
 pub const DIRECT_MIN: u64 = 64 << 20;
-
-/// A buffer whose usable part starts on an `ALIGN` boundary: a `Vec` with room to spare,
-/// and the offset of the first aligned byte in it. Moving it moves no bytes, so the
-/// alignment holds wherever the buffer goes.
-struct Aligned {
-    vec: Vec<u8>,
-    start: usize,
-}
-
-impl Aligned {
-    fn new() -> Self {
-        let vec = vec![0u8; DIRECT_BUFFER + ALIGN];
-        let start = vec.as_ptr().align_offset(ALIGN);
-        Self { vec, start }
-    }
-
-    fn slice(&self, len: usize) -> &[u8] {
-        &self.vec[self.start..self.start + len]
-    }
-
-    fn slice_mut(&mut self) -> &mut [u8] {
-        &mut self.vec[self.start..self.start + DIRECT_BUFFER]
-    }
-}
 
 /// Creates the new file `name` (`O_EXCL`) in the open directory `dir` for direct writes;
 /// `None` when the file system does not do direct I/O (tmpfs, for one), so that the
@@ -93,7 +69,7 @@ impl DirectWriter {
     pub fn new(file: File) -> Self {
         Self {
             file: Arc::new(file),
-            buf: Some(Aligned::new()),
+            buf: Some(Aligned::new(DIRECT_BUFFER)),
             base: 0,
             len: 0,
         }

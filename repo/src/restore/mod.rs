@@ -5,6 +5,8 @@
 //!   files, metadata, failures and when to give up);
 //! - `batch.rs`: a directory's small files together, their blobs read pack by pack in
 //!   runs (one range GET for many files);
+//! - `changed.rs`: an image onto a target that holds an older one, only the blocks that
+//!   differ;
 //! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
 //! - `direct.rs`: large files through direct I/O;
 //! - `target.rs`: opening a one-file snapshot's target (a block device exclusively, and
@@ -16,6 +18,7 @@
 //! where the source was zero.
 
 mod batch;
+mod changed;
 mod direct;
 mod fetch;
 mod target;
@@ -34,6 +37,7 @@ use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::Node;
 
+pub use changed::{ChangedRestore, restore_changed_to};
 pub use target::FileTarget;
 use target::one_file;
 pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};

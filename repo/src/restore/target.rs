@@ -33,9 +33,42 @@ impl FileTarget {
     /// [`RepoError::Invalid`] for a node that is not a regular file;
     /// [`RepoError::DeviceBusy`], [`RepoError::TargetTooSmall`], or a failure to open.
     pub fn open(path: &Path, node: &Node) -> Result<Self> {
+        Self::open_as(path, node, false)
+    }
+
+    /// As [`FileTarget::open`], but a regular file is opened as it is, neither created
+    /// nor truncated, and must hold exactly the image's size: for a restore that writes
+    /// only what differs from what the target holds (`--only-changed-since`).
+    ///
+    /// # Errors
+    /// As [`FileTarget::open`]; [`RepoError::Invalid`] for a file of another size.
+    pub fn open_in_place(path: &Path, node: &Node) -> Result<Self> {
+        Self::open_as(path, node, true)
+    }
+
+    fn open_as(path: &Path, node: &Node, in_place: bool) -> Result<Self> {
         one_file(node)?;
         let needed = node.size.unwrap_or(0);
         let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        if !is_device && in_place {
+            let file = OpenOptions::new()
+                .write(true)
+                .custom_flags(super::write::NON_BLOCK)
+                .open(path)
+                .map_err(|e| RepoError::io(path, e))?;
+            let meta = file.metadata().map_err(|e| RepoError::io(path, e))?;
+            if !meta.is_file() || meta.len() != needed {
+                return Err(RepoError::Invalid(format!(
+                    "{} is not an image of {needed} bytes: it cannot hold the older snapshot",
+                    path.display()
+                )));
+            }
+            return Ok(Self {
+                file,
+                path: path.to_path_buf(),
+                device_size: None,
+            });
+        }
         if !is_device {
             // Without waiting: a FIFO at the name would block the open for a reader.
             let file = OpenOptions::new()
@@ -51,7 +84,9 @@ impl FileTarget {
                 device_size: None,
             });
         }
+        // Read too: a discarded range is read back to see that it holds zeros.
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .custom_flags(rustix::fs::OFlags::EXCL.bits().cast_signed())
             .open(path)

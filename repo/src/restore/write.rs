@@ -209,9 +209,12 @@ const DEVICE_BLOCK: u64 = 4096;
 
 /// Makes `n` bytes at `at` read as zeros without writing them where the target can:
 /// `fallocate(PUNCH_HOLE | KEEP_SIZE)` first, which on a block device is a write-zeroes
-/// that may unmap (a thin LV or a loop device gives the blocks back) and never falls back
-/// to written zeros; else `ZERO_RANGE`, which the device zeroes itself (maybe allocating);
-/// else zeros written, as a device without either needs.
+/// that may unmap (a loop device gives the blocks back) and never falls back to written
+/// zeros; else a discard (`PUNCH_HOLE | NO_HIDE_STALE`, the block layer's BLKDISCARD),
+/// taken only if the range then reads back as zeros (a thin LV's unmapped blocks do; a
+/// device that keeps old data after a discard is caught); else `ZERO_RANGE` (the block
+/// layer's BLKZEROOUT: the device zeroes, maybe allocating); else zeros written, as a
+/// device without any of these needs.
 fn zero_range(file: &File, at: u64, n: u64) -> std::io::Result<()> {
     use rustix::fs::{FallocateFlags, fallocate};
     let start = at.next_multiple_of(DEVICE_BLOCK);
@@ -221,24 +224,45 @@ fn zero_range(file: &File, at: u64, n: u64) -> std::io::Result<()> {
     }
     write_zeros_at(file, at, start - at)?;
     let len = end - start;
-    let zeroed = fallocate(
-        file,
-        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
-        start,
-        len,
-    )
-    .or_else(|_| {
-        fallocate(
-            file,
-            FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
-            start,
-            len,
-        )
-    });
+    let keep = FallocateFlags::KEEP_SIZE;
+    let zeroed = fallocate(file, FallocateFlags::PUNCH_HOLE | keep, start, len)
+        .map_err(std::io::Error::from)
+        .or_else(|_| {
+            fallocate(
+                file,
+                FallocateFlags::PUNCH_HOLE | keep | FallocateFlags::NO_HIDE_STALE,
+                start,
+                len,
+            )?;
+            if reads_as_zeros(file, start, len)? {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("old data after a discard"))
+            }
+        })
+        .or_else(|_| {
+            fallocate(file, FallocateFlags::ZERO_RANGE | keep, start, len)
+                .map_err(std::io::Error::from)
+        });
     if zeroed.is_err() {
         write_zeros_at(file, start, len)?;
     }
     write_zeros_at(file, end, at + n - end)
+}
+
+/// Whether `n` bytes at `at` read as zeros.
+fn reads_as_zeros(file: &File, at: u64, n: u64) -> std::io::Result<bool> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0;
+    while done < n {
+        let len = usize::try_from(n - done).map_or(buf.len(), |l| l.min(buf.len()));
+        file.read_exact_at(&mut buf[..len], at + done)?;
+        if buf[..len].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        done += len as u64;
+    }
+    Ok(true)
 }
 
 /// How a restore treats the zero stretches a backup did not store.
@@ -259,6 +283,19 @@ pub(super) async fn write_file<S: Storage>(
     path: &Path,
     holes: Holes,
 ) -> Result<u64> {
+    write_file_at(repo, node, f, path, holes, 0).await
+}
+
+/// Restores one file node into an open file or device from offset `base` on (a stretch
+/// of an image, for `--only-changed-since`); returns the bytes it covered.
+pub(super) async fn write_file_at<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    f: &File,
+    path: &Path,
+    holes: Holes,
+    base: u64,
+) -> Result<u64> {
     // Writes run on the blocking pool, at their offsets, one at a time in order; the
     // runtime thread stays free to receive the chunks being fetched meanwhile.
     let file = Arc::new(f.try_clone().map_err(|e| RepoError::io(path, e))?);
@@ -275,7 +312,7 @@ pub(super) async fn write_file<S: Storage>(
             .map_err(|e| RepoError::io(&path, e))
         }
     };
-    let mut pos = 0u64;
+    let mut pos = base;
     let mut fetched = fetch_ahead(repo, node);
     while let Some(item) = fetched.next().await {
         match item? {
@@ -298,8 +335,8 @@ pub(super) async fn write_file<S: Storage>(
         // A trailing hole needs the length set explicitly.
         file.set_len(pos).map_err(|e| RepoError::io(path, e))?;
     }
-    check_length(node, pos, path)?;
-    Ok(pos)
+    check_length(node, pos - base, path)?;
+    Ok(pos - base)
 }
 
 /// Restores one file node into a file opened for direct I/O, holes where whole blocks

@@ -4,6 +4,7 @@
 mod harness;
 
 mod backup_restore;
+mod changed_blocks;
 mod forget;
 mod init;
 mod integrity;

@@ -1,0 +1,470 @@
+//! Files of extents that say which byte ranges of a block device matter: the ones that
+//! changed since a parent snapshot (`kura backup --block --changed`) or the ones that
+//! are allocated at all (`--allocated`), read from what the storage stack writes
+//! (FORMAT.md section 5.4):
+//!
+//! - `thin_delta` XML (thin-provisioning-tools): `left_only`, `right_only` and
+//!   `different` ranges of a `diff`, compact or `--verbose`, in data blocks of the
+//!   pool's `data_block_size` (512-byte sectors); `same` ranges are unchanged;
+//! - `thin_dump` XML: the `range_mapping` and `single_mapping` entries of one `device`;
+//! - the Kubernetes CSI SnapshotMetadata service's records (`GetMetadataDelta`,
+//!   `GetMetadataAllocated`) as its `snapshot-metadata-lister` writes them: JSON (a list
+//!   of records with `block_metadata`, each `byte_offset` and `size_bytes`), or its table;
+//! - a plain list, one `OFFSET LENGTH` pair of decimal bytes per line, `#` comments.
+//!
+//! The format is told from the first bytes. Every number is checked (no overflow, no
+//! element or field this reader does not know), since a map read wrong is data missed.
+
+use std::io::{BufRead, BufReader, Read};
+
+use crate::error::{RepoError, Result};
+
+/// A sector of `data_block_size`, in bytes.
+const SECTOR: u64 = 512;
+
+/// Which file the extents came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExtentsFormat {
+    /// `thin_delta` XML: changes between two thin devices.
+    ThinDelta,
+    /// `thin_dump` XML: one thin device's mappings.
+    ThinDump,
+    /// CSI SnapshotMetadata records, JSON.
+    CsiJson,
+    /// CSI SnapshotMetadata records, the lister's table.
+    CsiTable,
+    /// `OFFSET LENGTH` lines.
+    List,
+}
+
+impl ExtentsFormat {
+    /// The name recorded in a snapshot (FORMAT.md section 8.3).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ThinDelta => "thin_delta",
+            Self::ThinDump => "thin_dump",
+            Self::CsiJson => "csi",
+            Self::CsiTable => "csi-table",
+            Self::List => "list",
+        }
+    }
+
+    /// Whether the file lists changes (`Some(true)`), allocation (`Some(false)`), or
+    /// either, as the caller says (`None`: CSI records and lists look alike for both).
+    #[must_use]
+    pub fn lists_changes(self) -> Option<bool> {
+        match self {
+            Self::ThinDelta => Some(true),
+            Self::ThinDump => Some(false),
+            Self::CsiJson | Self::CsiTable | Self::List => None,
+        }
+    }
+}
+
+/// Byte ranges of a device, sorted and merged, with where they came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extents {
+    format: ExtentsFormat,
+    /// `(offset, length)`, sorted, none empty, none touching the next.
+    ranges: Vec<(u64, u64)>,
+    /// The volume's size as the file states it (CSI records do), if it does.
+    capacity: Option<u64>,
+}
+
+impl Extents {
+    /// Parses an extents file of any of the formats above.
+    ///
+    /// # Errors
+    /// [`RepoError::Extents`] for a file that is none of them or is malformed;
+    /// [`RepoError::Io`] when it cannot be read.
+    pub fn read(input: impl Read) -> Result<Self> {
+        let mut input = BufReader::new(input);
+        let first = loop {
+            let buf = input
+                .fill_buf()
+                .map_err(|e| RepoError::io(std::path::Path::new("extents"), e))?;
+            let Some(&b) = buf.first() else { break None };
+            if b.is_ascii_whitespace() {
+                input.consume(1);
+            } else {
+                break Some(b);
+            }
+        };
+        match first {
+            Some(b'<') => parse_thin(input),
+            Some(b'[' | b'{') => parse_csi_json(input),
+            Some(b'R') => parse_lines(input, ExtentsFormat::CsiTable),
+            Some(b'0'..=b'9' | b'#') | None => parse_lines(input, ExtentsFormat::List),
+            Some(_) => Err(bad(
+                "not thin_delta or thin_dump XML, CSI SnapshotMetadata records, or OFFSET LENGTH lines",
+            )),
+        }
+    }
+
+    /// Extents of `format` from `(offset, length)` pairs in any order.
+    ///
+    /// # Errors
+    /// [`RepoError::Extents`] when a range ends past 2^64.
+    pub fn from_ranges(
+        format: ExtentsFormat,
+        mut ranges: Vec<(u64, u64)>,
+        capacity: Option<u64>,
+    ) -> Result<Self> {
+        for &(o, l) in &ranges {
+            o.checked_add(l)
+                .ok_or_else(|| bad(format!("the extent at {o} of {l} bytes ends past 2^64")))?;
+        }
+        ranges.retain(|r| r.1 > 0);
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (o, l) in ranges {
+            match merged.last_mut() {
+                Some((mo, ml)) if o <= *mo + *ml => *ml = (*ml).max(o + l - *mo),
+                _ => merged.push((o, l)),
+            }
+        }
+        Ok(Self {
+            format,
+            ranges: merged,
+            capacity,
+        })
+    }
+
+    /// Which file they came from.
+    #[must_use]
+    pub fn format(&self) -> ExtentsFormat {
+        self.format
+    }
+
+    /// `(offset, length)` in bytes, sorted, merged.
+    #[must_use]
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges
+    }
+
+    /// The volume's size, where the file states it.
+    #[must_use]
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// Bytes covered.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+fn bad(why: impl Into<String>) -> RepoError {
+    RepoError::Extents(why.into())
+}
+
+fn number(what: &str, text: &str) -> Result<u64> {
+    num(what, text).map_err(bad)
+}
+
+fn num(what: &str, text: &str) -> std::result::Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{what} {text:?} is not a whole number"))
+}
+
+/// `thin_delta` or `thin_dump` XML.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one match over the elements of both formats"
+)]
+fn parse_thin(input: impl BufRead) -> Result<Extents> {
+    use quick_xml::events::{BytesStart, Event};
+
+    fn attr(e: &BytesStart<'_>, name: &str) -> Result<u64> {
+        let tag = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+        for a in e.attributes() {
+            let a = a.map_err(|err| bad(format!("<{tag}>: {err}")))?;
+            if a.key.as_ref() == name.as_bytes() {
+                let v = std::str::from_utf8(&a.value)
+                    .map_err(|_| bad(format!("<{tag} {name}> is not text")))?;
+                return number(&format!("<{tag} {name}>"), v);
+            }
+        }
+        Err(bad(format!("<{tag}> has no {name}")))
+    }
+
+    let mut reader = quick_xml::Reader::from_reader(input);
+    let mut buf = Vec::new();
+    // Data block size in bytes, from <superblock>.
+    let mut block: Option<u64> = None;
+    let mut format: Option<ExtentsFormat> = None;
+    let mut devices = 0u32;
+    // The enclosing <left_only> etc. of --verbose output: whether its ranges changed.
+    let mut group: Option<bool> = None;
+    // (first block, blocks).
+    let mut blocks: Vec<(u64, u64)> = Vec::new();
+    loop {
+        let event = reader
+            .read_event_into(&mut buf)
+            .map_err(|e| bad(format!("XML: {e}")))?;
+        let (e, empty) = match &event {
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
+            Event::End(e) => {
+                if matches!(
+                    e.name().as_ref(),
+                    b"left_only" | b"right_only" | b"different" | b"same"
+                ) {
+                    group = None;
+                }
+                buf.clear();
+                continue;
+            }
+            Event::Eof => break,
+            // Declarations, comments, whitespace.
+            _ => {
+                buf.clear();
+                continue;
+            }
+        };
+        let name = e.name().as_ref().to_vec();
+        let want_in = |f: ExtentsFormat| -> Result<()> {
+            if format == Some(f) {
+                Ok(())
+            } else {
+                Err(bad(format!(
+                    "<{}> outside the <{}> it belongs in",
+                    String::from_utf8_lossy(&name),
+                    if f == ExtentsFormat::ThinDelta {
+                        "diff"
+                    } else {
+                        "device"
+                    }
+                )))
+            }
+        };
+        match name.as_slice() {
+            b"superblock" => {
+                let sectors = attr(e, "data_block_size")?;
+                if sectors == 0 {
+                    return Err(bad("<superblock data_block_size> is 0"));
+                }
+                block = Some(
+                    sectors
+                        .checked_mul(SECTOR)
+                        .ok_or_else(|| bad("<superblock data_block_size> is too large"))?,
+                );
+            }
+            b"diff" => {
+                if format.is_some() {
+                    return Err(bad("more than one <diff> or <device>"));
+                }
+                format = Some(ExtentsFormat::ThinDelta);
+            }
+            b"device" => {
+                if format == Some(ExtentsFormat::ThinDelta) {
+                    return Err(bad("<device> inside a thin_delta <diff>"));
+                }
+                devices += 1;
+                if devices > 1 {
+                    return Err(bad(
+                        "the thin_dump holds more than one device: dump only the one backed up \
+                         (thin_dump --dev-id N)",
+                    ));
+                }
+                format = Some(ExtentsFormat::ThinDump);
+            }
+            b"left_only" | b"right_only" | b"different" | b"same" => {
+                want_in(ExtentsFormat::ThinDelta)?;
+                let changed = name.as_slice() != b"same";
+                if empty {
+                    if changed {
+                        blocks.push((attr(e, "begin")?, attr(e, "length")?));
+                    }
+                } else {
+                    group = Some(changed);
+                }
+            }
+            b"range" => {
+                want_in(ExtentsFormat::ThinDelta)?;
+                let changed =
+                    group.ok_or_else(|| bad("<range> outside <left_only>, <same> and the like"))?;
+                if changed {
+                    blocks.push((attr(e, "begin")?, attr(e, "length")?));
+                }
+            }
+            b"range_mapping" => {
+                want_in(ExtentsFormat::ThinDump)?;
+                blocks.push((attr(e, "origin_begin")?, attr(e, "length")?));
+            }
+            b"single_mapping" => {
+                want_in(ExtentsFormat::ThinDump)?;
+                blocks.push((attr(e, "origin_block")?, 1));
+            }
+            other => {
+                return Err(bad(format!(
+                    "<{}> is not an element of thin_delta or thin_dump output this reader knows",
+                    String::from_utf8_lossy(other)
+                )));
+            }
+        }
+        buf.clear();
+    }
+    let block = block.ok_or_else(|| bad("no <superblock data_block_size=...>"))?;
+    let format =
+        format.ok_or_else(|| bad("neither a thin_delta <diff> nor a thin_dump <device>"))?;
+    let ranges = blocks
+        .into_iter()
+        .map(|(b, n)| {
+            let o = b.checked_mul(block);
+            let l = n.checked_mul(block);
+            o.zip(l)
+                .ok_or_else(|| bad(format!("blocks {b} + {n} lie past 2^64 bytes")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Extents::from_ranges(format, ranges, None)
+}
+
+/// A JSON number, or a string of one (the protobuf JSON mapping writes 64-bit integers
+/// as strings; Go's encoding/json, which the lister uses, as numbers).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Number {
+    Int(u64),
+    Text(String),
+}
+
+impl Number {
+    fn value(&self, what: &str) -> Result<u64> {
+        match self {
+            Self::Int(n) => Ok(*n),
+            Self::Text(t) => number(what, t),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CsiRecord {
+    // The lister leaves the type as a number (FIXED_LENGTH 1, VARIABLE_LENGTH 2); the
+    // protobuf mapping spells it. Either way the extents say the same.
+    #[serde(default, alias = "blockMetadataType")]
+    #[allow(dead_code, reason = "read to refuse unknown fields, not used")]
+    block_metadata_type: Option<serde_json::Value>,
+    #[serde(default, alias = "volumeCapacityBytes")]
+    volume_capacity_bytes: Option<Number>,
+    #[serde(default, alias = "blockMetadata")]
+    block_metadata: Vec<CsiBlock>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CsiBlock {
+    // Go's generated structs omit zero values: the first extent has no offset.
+    #[serde(default, alias = "byteOffset")]
+    byte_offset: Option<Number>,
+    #[serde(default, alias = "sizeBytes")]
+    size_bytes: Option<Number>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum CsiFile {
+    Many(Vec<CsiRecord>),
+    One(CsiRecord),
+}
+
+/// CSI SnapshotMetadata records as JSON.
+fn parse_csi_json(input: impl BufRead) -> Result<Extents> {
+    let file: CsiFile = serde_json::from_reader(input).map_err(|e| {
+        bad(format!(
+            "CSI SnapshotMetadata JSON (a list of records of block_metadata): {e}"
+        ))
+    })?;
+    let records = match file {
+        CsiFile::Many(r) => r,
+        CsiFile::One(r) => vec![r],
+    };
+    let mut capacity = None;
+    let mut ranges = Vec::new();
+    for r in records {
+        if let Some(c) = &r.volume_capacity_bytes {
+            same_capacity(&mut capacity, c.value("volume_capacity_bytes")?)?;
+        }
+        for b in r.block_metadata {
+            let o = b
+                .byte_offset
+                .as_ref()
+                .map_or(Ok(0), |n| n.value("byte_offset"))?;
+            let l = b
+                .size_bytes
+                .as_ref()
+                .ok_or_else(|| bad(format!("the extent at {o} has no size_bytes")))?
+                .value("size_bytes")?;
+            ranges.push((o, l));
+        }
+    }
+    Extents::from_ranges(ExtentsFormat::CsiJson, ranges, capacity)
+}
+
+fn same_capacity(capacity: &mut Option<u64>, c: u64) -> Result<()> {
+    match *capacity {
+        Some(have) if have != c => Err(bad(format!(
+            "records state two volume sizes, {have} and {c} bytes"
+        ))),
+        _ => {
+            *capacity = Some(c);
+            Ok(())
+        }
+    }
+}
+
+/// `OFFSET LENGTH` lines, or the CSI lister's table
+/// (`Record# VolCapBytes BlockMetadataType ByteOffset SizeBytes`, a rule, then rows).
+fn parse_lines(input: impl BufRead, format: ExtentsFormat) -> Result<Extents> {
+    let mut ranges = Vec::new();
+    let mut capacity = None;
+    for (i, line) in input.lines().enumerate() {
+        let line = line.map_err(|e| RepoError::io(std::path::Path::new("extents"), e))?;
+        let at = |why: String| bad(format!("line {}: {why}", i + 1));
+        // `#` starts a comment in a list; the table's header is `Record#`.
+        let text = if format == ExtentsFormat::List {
+            line.split('#').next().unwrap_or("")
+        } else {
+            &line
+        }
+        .trim();
+        if text.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        if format == ExtentsFormat::CsiTable {
+            {
+                if fields.first() == Some(&"Record#") || fields.iter().all(|f| f.starts_with('-')) {
+                    continue;
+                }
+                let [_, cap, _, o, l] = fields.as_slice() else {
+                    return Err(at(format!(
+                        "{} fields; a row of the lister's table has 5",
+                        fields.len()
+                    )));
+                };
+                same_capacity(&mut capacity, num("VolCapBytes", cap).map_err(at)?)?;
+                ranges.push((
+                    num("ByteOffset", o).map_err(at)?,
+                    num("SizeBytes", l).map_err(at)?,
+                ));
+            }
+        } else {
+            {
+                let [o, l] = fields.as_slice() else {
+                    return Err(at(format!(
+                        "{} fields; a line holds OFFSET LENGTH",
+                        fields.len()
+                    )));
+                };
+                ranges.push((num("offset", o).map_err(at)?, num("length", l).map_err(at)?));
+            }
+        }
+    }
+    Extents::from_ranges(format, ranges, capacity)
+}

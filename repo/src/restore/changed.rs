@@ -1,0 +1,102 @@
+//! `--only-changed-since`: a block image restored onto a device (or image file) that
+//! still holds an older snapshot of the same source, writing only the blocks in which the
+//! two snapshots differ. What the target holds is the caller's word: kura does not read
+//! the target to check it (that would cost the reading the option saves).
+
+use crate::blocks::{Blocks, push_entry};
+use crate::error::{RepoError, Result};
+use crate::repository::Repository;
+use crate::storage::Storage;
+use crate::tree::{Node, NodeType};
+
+use super::target::{FileTarget, one_file};
+use super::write::{Holes, write_file_at};
+
+/// What an incremental restore wrote.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ChangedRestore {
+    /// The image's size.
+    pub bytes: u64,
+    /// Bytes of the blocks that differed, written (or zeroed).
+    pub written: u64,
+}
+
+/// Restores `node` onto `target`, which holds `since` (an older snapshot's node of the
+/// same source, in blocks of `block` bytes): only the blocks whose blob or hole differs
+/// are written; holes are zeroed by the device as a full restore's are.
+///
+/// # Errors
+/// [`RepoError::WrongParent`] when the two images differ in size;
+/// [`RepoError::Corrupt`] when either is not of whole blocks of `block` bytes; storage,
+/// verification and write errors.
+pub async fn restore_changed_to<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    since: &Node,
+    block: u64,
+    target: FileTarget,
+) -> Result<ChangedRestore> {
+    one_file(node)?;
+    one_file(since)?;
+    let size = node.size.unwrap_or(0);
+    if since.size != Some(size) {
+        return Err(RepoError::WrongParent(format!(
+            "the older snapshot's image holds {} bytes, this one {size}",
+            since.size.unwrap_or(0)
+        )));
+    }
+    let path = target.path().to_path_buf();
+    repo.progress.set_total(size);
+    let mut new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
+    let mut old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
+    let mut written = 0u64;
+    // The stretch of differing blocks being gathered: its offset and its content.
+    let mut stretch: Option<(u64, Node)> = None;
+    let mut at = 0u64;
+    for _ in 0..Blocks::count(size, block) {
+        let (a, b) = match (new.next(), old.next()) {
+            (Some(a), Some(b)) => (a?, b?),
+            _ => {
+                return Err(RepoError::corrupt(
+                    "block image",
+                    "it has fewer blocks than its size",
+                ));
+            }
+        };
+        let len = block.min(size - at);
+        if a == b {
+            if let Some((base, part)) = stretch.take() {
+                written += write_file_at(repo, &part, &target.file, &path, Holes::WriteZeros, base)
+                    .await?;
+            }
+            repo.progress.add_bytes(len);
+        } else {
+            let (_, part) = stretch.get_or_insert_with(|| {
+                (
+                    at,
+                    Node {
+                        kind: Some(NodeType::File),
+                        content: Some(Vec::new()),
+                        size: Some(0),
+                        ..Node::default()
+                    },
+                )
+            });
+            push_entry(part.content.get_or_insert_default(), len, a);
+            part.size = Some(part.size.unwrap_or(0) + len);
+        }
+        at += len;
+    }
+    if let Some((base, part)) = stretch.take() {
+        written += write_file_at(repo, &part, &target.file, &path, Holes::WriteZeros, base).await?;
+    }
+    target
+        .file
+        .sync_all()
+        .map_err(|e| RepoError::io(&path, e))?;
+    Ok(ChangedRestore {
+        bytes: size,
+        written,
+    })
+}

@@ -1,0 +1,464 @@
+//! Block backups that read only what can hold something new (issue 26): changed extents
+//! since a parent (`thin_delta`, CSI `GetMetadataDelta`, lists), allocated extents for a
+//! first backup (`thin_dump`, CSI `GetMetadataAllocated`), an image file's holes, the
+//! verifying runs that catch an extents file's mistakes, and restores that write only the
+//! blocks that differ from what the target holds.
+//!
+//! The volume is the one of `tests/data/thin/` (made by its `make` script with the real
+//! thin-provisioning-tools from a pool whose two thin devices differ in known blocks):
+//! 16 MiB in thin blocks of 512 KiB; yesterday's image has data in thin blocks 0-3, 10
+//! and 20; today's rewrote block 2, discarded block 20 and wrote blocks 30 and 31. The
+//! repository's blocks are 1 MiB (the default), so a changed thin block makes its whole
+//! repository block read.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use kura_repo::{
+    BackupOptions, BlockMap, BlockOptions, Extents, Id, Params, RepoError, Repository, S3Storage,
+    Snapshot, Source, backup,
+};
+
+use crate::backup_restore::opts;
+use crate::harness::{Env, pseudo_random};
+
+const THIN: usize = 512 << 10;
+const MIB: u64 = 1 << 20;
+const SIZE: usize = 16 << 20;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn extents(name: &str) -> Extents {
+    Extents::read(std::fs::File::open(data(name)).unwrap()).unwrap()
+}
+
+fn params() -> Params {
+    Params {
+        pack_size: 4 << 20,
+        grace: std::time::Duration::ZERO,
+        ..Params::default()
+    }
+}
+
+/// Yesterday's image (thin device 1) and today's (device 2).
+fn images() -> (Vec<u8>, Vec<u8>) {
+    let mut old = vec![0u8; SIZE];
+    for (n, block) in [0, 1, 2, 3, 10, 20].into_iter().enumerate() {
+        old[block * THIN..(block + 1) * THIN].copy_from_slice(&pseudo_random(THIN, 10 + n as u64));
+    }
+    let mut new = old.clone();
+    new[2 * THIN..3 * THIN].copy_from_slice(&pseudo_random(THIN, 30));
+    new[20 * THIN..21 * THIN].fill(0);
+    new[30 * THIN..32 * THIN].copy_from_slice(&pseudo_random(2 * THIN, 31));
+    (old, new)
+}
+
+fn block_opts(map: Option<BlockMap>) -> BackupOptions {
+    BackupOptions {
+        block: BlockOptions {
+            source_id: Some("vg0/vol".into()),
+            map,
+            verify_every: None,
+        },
+        ..opts()
+    }
+}
+
+/// Backs up `image` written at `path` with `opts` (and `parent`).
+async fn back_up(
+    repo: &mut Repository<S3Storage>,
+    path: &Path,
+    image: &[u8],
+    mut opts: BackupOptions,
+    parent: Option<Id>,
+) -> kura_repo::Result<(Id, Snapshot)> {
+    std::fs::write(path, image).unwrap();
+    opts.parent = parent;
+    backup(repo, Source::Block(path.to_path_buf()), opts).await
+}
+
+async fn restored(repo: &Repository<S3Storage>, snap: &Snapshot, dir: &Path) -> Vec<u8> {
+    let node = repo.read_tree(&snap.tree).await.unwrap().nodes.remove(0);
+    let out = dir.join(format!("restored-{}", snap.time.replace(':', "")));
+    kura_repo::restore_file(repo, &node, &out).await.unwrap();
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn every_format_of_the_fixtures_says_the_same_extents() {
+    let changed = vec![(MIB, MIB / 2), (10 * MIB, MIB / 2), (15 * MIB, MIB)];
+    for name in [
+        "thin/delta.xml",
+        "thin/delta-verbose.xml",
+        "csi/delta.json",
+        "csi/delta.table",
+    ] {
+        assert_eq!(extents(name).ranges(), changed.as_slice(), "{name}");
+    }
+    assert_eq!(extents("csi/delta.json").capacity(), Some(16 * MIB));
+    let allocated = vec![(0, 2 * MIB), (5 * MIB, MIB / 2), (10 * MIB, MIB / 2)];
+    for name in ["thin/dump-dev1.xml", "csi/allocated.json"] {
+        assert_eq!(extents(name).ranges(), allocated.as_slice(), "{name}");
+    }
+    let list =
+        Extents::read(&b"# offset length\n1048576 524288\n10485760 524288\n15728640 1048576\n"[..])
+            .unwrap();
+    assert_eq!(list.ranges(), changed.as_slice());
+    assert_eq!(list.format().name(), "list");
+}
+
+#[test]
+fn an_extents_file_that_is_wrong_or_ambiguous_is_refused_with_a_reason() {
+    let err = |text: &[u8]| Extents::read(text).unwrap_err().to_string();
+    let all = std::fs::read(data("thin/dump-all.xml")).unwrap();
+    assert!(err(&all).contains("--dev-id"), "{}", err(&all));
+    assert!(
+        err(b"1048576\n").contains("line 1"),
+        "{}",
+        err(b"1048576\n")
+    );
+    assert!(err(b"10 x\n").contains("not a whole number"));
+    assert!(err(b"18446744073709551615 2\n").contains("past 2^64"));
+    assert!(err(b"<superblock data_block_size=\"128\"><diff><moved begin=\"1\" length=\"1\"/></diff></superblock>").contains("moved"));
+    assert!(err(b"<superblock><diff/></superblock>").contains("data_block_size"));
+    assert!(err(b"[{\"block_metadata\":[{\"byte_offset\":3}]}]").contains("size_bytes"));
+    assert!(err(b"hello").contains("not thin_delta"));
+}
+
+/// Issue 26 items 1 and 6: only the blocks that `thin_delta` names are read; the others
+/// keep the parent's blobs, and the restore is today's image.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_incremental_from_thin_delta_reads_only_the_changed_blocks() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("delta"), params())
+        .await
+        .unwrap();
+    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        s1.summary.bytes_read, SIZE as u64,
+        "a first backup without a map reads it all"
+    );
+    for fixture in ["thin/delta.xml", "thin/delta-verbose.xml", "csi/delta.json"] {
+        let map = Some(BlockMap::Changed(extents(fixture)));
+        let (_, s2) = back_up(&mut repo, &path, &new, block_opts(map), Some(first))
+            .await
+            .unwrap();
+        assert_eq!(
+            s2.summary.bytes_read,
+            3 * MIB,
+            "{fixture}: repository blocks 1, 10 and 15"
+        );
+        let b = s2.block.as_ref().unwrap();
+        assert_eq!(b.source, "vg0/vol");
+        assert!(b.read.starts_with("changed:"), "{}", b.read);
+        assert_eq!(
+            (b.trusted_runs, b.bytes_from_parent, b.bytes_unallocated),
+            (1, 2 * MIB, 11 * MIB)
+        );
+        assert_eq!(s2.parent, Some(first));
+        assert!(
+            restored(&repo, &s2, dir.path()).await == new,
+            "{fixture}: today's image"
+        );
+    }
+}
+
+/// Issue 26 item 2: a first backup from `thin_dump` reads the allocated blocks only, and
+/// an image file's holes are not read at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_backup_reads_only_allocated_blocks_and_no_holes_of_an_image_file() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, _) = images();
+    let mut repo = Repository::init(env.storage("allocated"), params())
+        .await
+        .unwrap();
+    let map = Some(BlockMap::Allocated(extents("thin/dump-dev1.xml")));
+    let (_, snap) = back_up(&mut repo, &path, &old, block_opts(map), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        snap.summary.bytes_read,
+        4 * MIB,
+        "repository blocks 0, 1, 5 and 10"
+    );
+    let b = snap.block.as_ref().unwrap();
+    assert_eq!(
+        (b.read.as_str(), b.bytes_unallocated),
+        ("allocated:thin_dump", 12 * MIB)
+    );
+    assert!(restored(&repo, &snap, dir.path()).await == old);
+
+    // A sparse image file of 64 MiB with 2 MiB of data: only what SEEK_DATA shows is read.
+    let sparse = dir.path().join("sparse.img");
+    let f = std::fs::File::create(&sparse).unwrap();
+    f.set_len(64 * MIB).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &pseudo_random(2 << 20, 7), 40 * MIB).unwrap();
+    drop(f);
+    if std::fs::metadata(&sparse).unwrap().blocks() * 512 > 8 * MIB {
+        eprintln!("this file system does not keep holes: not run");
+        return;
+    }
+    let (_, snap) = backup(&mut repo, Source::Block(sparse.clone()), block_opts(None))
+        .await
+        .unwrap();
+    assert!(
+        snap.summary.bytes_read <= 4 * MIB,
+        "read {} bytes",
+        snap.summary.bytes_read
+    );
+    assert_eq!(snap.block.as_ref().unwrap().read, "seek_data");
+    assert!(restored(&repo, &snap, dir.path()).await == std::fs::read(&sparse).unwrap());
+}
+
+/// Issue 26 items 3 and 6: a list that missed blocks 30-31 makes a wrong incremental;
+/// the verifying run (`--verify-every 2`, the second run in a row that trusts a file)
+/// reads everything, finds exactly those blocks, and stores them right.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_block_the_extents_missed_is_caught_by_the_verifying_run() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("verify"), params())
+        .await
+        .unwrap();
+    let (first, _) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    let missing = Extents::read(&b"1048576 524288\n10485760 524288\n"[..]).unwrap();
+    let mut o = block_opts(Some(BlockMap::Changed(missing)));
+    o.block.verify_every = Some(2);
+    let (second, s2) = back_up(&mut repo, &path, &new, o.clone(), Some(first))
+        .await
+        .unwrap();
+    assert!(
+        restored(&repo, &s2, dir.path()).await != new,
+        "the extents missed a change"
+    );
+    assert!(s2.block.as_ref().unwrap().mismatched.is_empty());
+
+    let nothing = Extents::read(&b""[..]).unwrap();
+    o.block.map = Some(BlockMap::Changed(nothing));
+    let (_, s3) = back_up(&mut repo, &path, &new, o, Some(second))
+        .await
+        .unwrap();
+    let b = s3.block.as_ref().unwrap();
+    assert_eq!(b.read, "verified:list");
+    assert_eq!(b.trusted_runs, 0, "the chain starts again");
+    assert_eq!(
+        b.mismatched,
+        vec![(15 * MIB, MIB)],
+        "exactly the missed blocks"
+    );
+    assert_eq!(s3.summary.bytes_read, SIZE as u64);
+    assert!(
+        restored(&repo, &s3, dir.path()).await == new,
+        "stored as read"
+    );
+}
+
+/// Issue 26 items 1 and 6: an incremental whose parent is of another source or size, or
+/// not a block backup, or whose extents file is of the wrong kind or volume, is refused
+/// before anything is read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_parent_or_extents_file_is_refused() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("refused"), params())
+        .await
+        .unwrap();
+    let (first, _) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    let delta = || Some(BlockMap::Changed(extents("thin/delta.xml")));
+
+    let mut other = block_opts(delta());
+    other.block.source_id = Some("vg0/other".into());
+    let e = back_up(&mut repo, &path, &new, other, Some(first))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RepoError::WrongParent(_)) && e.to_string().contains("vg0/other"),
+        "{e}"
+    );
+
+    let e = back_up(
+        &mut repo,
+        &path,
+        &new[..SIZE / 2],
+        block_opts(delta()),
+        Some(first),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(e, RepoError::WrongParent(_)) && e.to_string().contains("bytes"),
+        "{e}"
+    );
+
+    let tree = dir.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let (files, _) = backup(&mut repo, Source::Paths(vec![tree]), opts())
+        .await
+        .unwrap();
+    let e = back_up(&mut repo, &path, &new, block_opts(delta()), Some(files))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not a block backup"), "{e}");
+
+    let e = back_up(&mut repo, &path, &new, block_opts(delta()), None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("needs the parent"), "{e}");
+
+    let dump = Some(BlockMap::Changed(extents("thin/dump-dev1.xml")));
+    let e = back_up(&mut repo, &path, &new, block_opts(dump), Some(first))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--allocated"), "{e}");
+    let delta_as_allocated = Some(BlockMap::Allocated(extents("thin/delta.xml")));
+    let e = back_up(&mut repo, &path, &new, block_opts(delta_as_allocated), None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--changed"), "{e}");
+    let beyond = Extents::read(&b"16777216 4096\n"[..]).unwrap();
+    let e = back_up(
+        &mut repo,
+        &path,
+        &new,
+        block_opts(Some(BlockMap::Changed(beyond))),
+        Some(first),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("another volume"), "{e}");
+    let mut csi = std::fs::read_to_string(data("csi/delta.json")).unwrap();
+    csi = csi.replace("16777216", "33554432");
+    let wrong_size = Extents::read(csi.as_bytes()).unwrap();
+    let e = back_up(
+        &mut repo,
+        &path,
+        &new,
+        block_opts(Some(BlockMap::Changed(wrong_size))),
+        Some(first),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("33554432"), "{e}");
+}
+
+/// Issue 26 item 1: a parent's blob that is no longer indexed (here its packs were lost
+/// and the index rebuilt without them) is not taken on trust: the block is read again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_block_whose_blob_is_gone_is_read_again() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("gone"), params())
+        .await
+        .unwrap();
+    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    let node = repo.read_tree(&s1.tree).await.unwrap().nodes.remove(0);
+    let mut packs: Vec<Id> = node
+        .content
+        .iter()
+        .flatten()
+        .filter_map(|c| match c {
+            kura_repo::Content::Blob { blob } => repo.index().get(blob).map(|l| l.pack),
+            kura_repo::Content::Zero { .. } => None,
+        })
+        .collect();
+    packs.sort_unstable();
+    packs.dedup();
+    for pack in packs {
+        kura_repo::Storage::delete(repo.storage(), kura_repo::FileType::Pack, &pack.to_hex())
+            .await
+            .unwrap();
+    }
+    kura_repo::repair_index(&mut repo, false).await.unwrap();
+    let map = Some(BlockMap::Changed(extents("thin/delta.xml")));
+    let (_, s2) = back_up(&mut repo, &path, &new, block_opts(map), Some(first))
+        .await
+        .unwrap();
+    assert_eq!(
+        s2.summary.bytes_read,
+        5 * MIB,
+        "the 3 changed blocks and the 2 unchanged ones with data"
+    );
+    assert_eq!(s2.block.as_ref().unwrap().bytes_from_parent, 0);
+    assert!(restored(&repo, &s2, dir.path()).await == new);
+}
+
+/// Issue 26 item 5: onto an image file, then a loop device, that holds yesterday's
+/// snapshot, `--only-changed-since` writes the three changed blocks only, and the
+/// discarded block becomes a hole again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("changed-restore"), params())
+        .await
+        .unwrap();
+    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    let map = Some(BlockMap::Changed(extents("thin/delta.xml")));
+    let (_, s2) = back_up(&mut repo, &path, &new, block_opts(map), Some(first))
+        .await
+        .unwrap();
+    let old_node = repo.read_tree(&s1.tree).await.unwrap().nodes.remove(0);
+    let new_node = repo.read_tree(&s2.tree).await.unwrap().nodes.remove(0);
+
+    let target = dir.path().join("target.img");
+    std::fs::write(&target, &old).unwrap();
+    let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
+    let done = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+        .await
+        .unwrap();
+    assert_eq!((done.bytes, done.written), (SIZE as u64, 3 * MIB));
+    assert!(std::fs::read(&target).unwrap() == new, "today's image");
+
+    std::fs::write(&target, &old[..SIZE / 2]).unwrap();
+    let e = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap_err();
+    assert!(e.to_string().contains("cannot hold"), "{e}");
+
+    let backing = dir.path().join("thin.img");
+    std::fs::write(&backing, &old).unwrap();
+    let Some(dev) = kura_testkit::loopdev::Loop::attach(&backing) else {
+        eprintln!("no loop device can be made here (needs root and losetup): not run");
+        return;
+    };
+    let opened = kura_repo::FileTarget::open_in_place(Path::new(&dev.0), &new_node).unwrap();
+    let done = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+        .await
+        .unwrap();
+    drop(dev);
+    assert_eq!(done.written, 3 * MIB);
+    assert!(
+        std::fs::read(&backing).unwrap() == new,
+        "the device's content"
+    );
+    let allocated = std::fs::metadata(&backing).unwrap().blocks() * 512;
+    assert!(
+        allocated <= (SIZE - THIN) as u64,
+        "block 20 is a hole again: {allocated} bytes allocated"
+    );
+}
