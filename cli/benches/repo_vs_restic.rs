@@ -16,19 +16,12 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{AK, Run, SK, env_number, start_gateway, timed, work_dir};
+use common::{
+    Run, env_number, kura_command, restic_command, same_file, start_gateway, timed, work_dir,
+    xorshift_fill,
+};
 
 mod common;
-
-fn xorshift_fill(buf: &mut [u8], state: &mut u64) {
-    for chunk in buf.chunks_mut(8) {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let b = state.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
 
 /// Three quarters random, one quarter zeros, interleaved in 16 MiB stretches.
 fn make_image(path: &Path, mib: usize) {
@@ -59,16 +52,6 @@ fn make_tree(root: &Path, files: usize) {
     }
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
-    Command::new("cmp")
-        .arg("-s")
-        .arg(a)
-        .arg(b)
-        .status()
-        .unwrap()
-        .success()
-}
-
 fn same_tree(a: &Path, b: &Path) -> bool {
     Command::new("diff")
         .arg("-rq")
@@ -96,26 +79,9 @@ fn main() {
 
     let (mut gateway, endpoint) = start_gateway(&kura, &w.join("gateway"));
 
-    let restic = |args: &[&str], repo: &str| {
-        let mut c = Command::new("restic");
-        c.args(args)
-            .env("RESTIC_REPOSITORY", format!("s3:{endpoint}/{repo}"))
-            .env("RESTIC_PASSWORD", "bench")
-            .env("AWS_ACCESS_KEY_ID", AK)
-            .env("AWS_SECRET_ACCESS_KEY", SK)
-            .env("RESTIC_CACHE_DIR", w.join("restic-cache"))
-            .env_remove("AWS_CA_BUNDLE");
-        c
-    };
-    let kura_cmd = |args: &[&str], repo: &str| {
-        let mut c = Command::new(&kura);
-        c.args(args)
-            .env("KURA_REPOSITORY", format!("s3://{repo}/repo"))
-            .env("KURA_ENDPOINT", &endpoint)
-            .env("KURA_ACCESS_KEY_ID", AK)
-            .env("KURA_SECRET_ACCESS_KEY", SK);
-        c
-    };
+    let cache = w.join("restic-cache");
+    let restic = |args: &[&str], repo: &str| restic_command(&endpoint, repo, &cache, args);
+    let kura_cmd = |args: &[&str], repo: &str| kura_command(&kura, &endpoint, repo, args);
     let img = image.to_str().unwrap();
 
     timed(&mut restic(&["init"], "restic-img"), None);

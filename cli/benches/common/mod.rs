@@ -76,3 +76,49 @@ pub fn env_number(name: &str, default: usize) -> usize {
 pub fn work_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(std::env::var("KURA_BENCH_DIR").unwrap_or_else(|_| "/tmp".into())).unwrap()
 }
+
+/// Fills `buf` with xorshift64 output from `state` (fast, reproducible, incompressible).
+pub fn xorshift_fill(buf: &mut [u8], state: &mut u64) {
+    for chunk in buf.chunks_mut(8) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let b = state.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+/// Whether two files hold the same bytes (`cmp -s`, without reading them into memory).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg("-s")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// `restic ARGS` on the repository `repo` (a bucket) of the gateway at `endpoint`.
+pub fn restic_command(endpoint: &str, repo: &str, cache: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("restic");
+    c.args(args)
+        .env("RESTIC_REPOSITORY", format!("s3:{endpoint}/{repo}"))
+        .env("RESTIC_PASSWORD", "bench")
+        .env("AWS_ACCESS_KEY_ID", AK)
+        .env("AWS_SECRET_ACCESS_KEY", SK)
+        .env("RESTIC_CACHE_DIR", cache)
+        .env_remove("AWS_CA_BUNDLE");
+    c
+}
+
+/// `kura ARGS` on the repository in bucket `repo` of the gateway at `endpoint`.
+pub fn kura_command(kura: &Path, endpoint: &str, repo: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(kura);
+    c.args(args)
+        .env("KURA_REPOSITORY", format!("s3://{repo}/repo"))
+        .env("KURA_ENDPOINT", endpoint)
+        .env("KURA_ACCESS_KEY_ID", AK)
+        .env("KURA_SECRET_ACCESS_KEY", SK);
+    c
+}

@@ -275,8 +275,9 @@ struct Job {
     done: SyncSender<Result<(Aligned, usize)>>,
 }
 
-/// The data extents of the image file `file`, as `SEEK_DATA` and `SEEK_HOLE` report them.
-fn data_extents(file: &File, size: u64, path: &Path) -> Result<Vec<(u64, u64)>> {
+/// The data extents of the image file `file`, as `SEEK_DATA` and `SEEK_HOLE` report them;
+/// `None` (read it all) where the file system does not answer them.
+fn data_extents(file: &File, size: u64) -> Option<Vec<(u64, u64)>> {
     use rustix::fs::SeekFrom;
     let mut out = Vec::new();
     let mut at = 0u64;
@@ -285,18 +286,16 @@ fn data_extents(file: &File, size: u64, path: &Path) -> Result<Vec<(u64, u64)>> 
             Ok(d) => d,
             // No data at or after `at`.
             Err(rustix::io::Errno::NXIO) => break,
-            Err(e) => return Err(RepoError::io(path, e.into())),
+            Err(_) => return None,
         };
-        let hole = rustix::fs::seek(file, SeekFrom::Hole(data))
-            .map_err(|e| RepoError::io(path, e.into()))?
-            .min(size);
+        let hole = rustix::fs::seek(file, SeekFrom::Hole(data)).ok()?.min(size);
         if hole <= data {
             break;
         }
         out.push((data, hole - data));
         at = hole;
     }
-    Ok(out)
+    Some(out)
 }
 
 /// What the planner needs, checked: the extents, the parent's blocks, the record's
@@ -452,7 +451,7 @@ impl<S: Storage> Walker<S> {
         let seek_data = if meta.file_type().is_block_device() {
             None
         } else {
-            Some(data_extents(&file, size, path)?)
+            data_extents(&file, size)
         };
         drop(file);
         let source = opts
