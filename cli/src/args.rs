@@ -337,8 +337,8 @@ pub struct BackupArgs {
     #[arg(long, value_name = "ID", requires = "block")]
     pub source_id: Option<String>,
     /// With --changed or --allocated: read every block on every Nth backup in a row that
-    /// trusted an extents file, compare with what the file and the parent said, and store
-    /// and report any difference.
+    /// trusted an extents file (counted through --parent), compare with what the file and
+    /// the parent said, and store and report any difference.
     #[arg(long, value_name = "N", requires = "block", value_parser = clap::value_parser!(u32).range(1..))]
     pub verify_every: Option<u32>,
     /// Tag the snapshot (repeatable).
@@ -385,7 +385,8 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "GLOB")]
     pub include: Vec<String>,
     /// The block device (or image) still holds this older snapshot of the same source:
-    /// write only the blocks in which the two differ.
+    /// write only the blocks in which the two differ (16 shared blocks are read back
+    /// first to check that it does).
     #[arg(long, value_name = "SNAPSHOT", conflicts_with = "include")]
     pub only_changed_since: Option<String>,
 }

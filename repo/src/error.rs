@@ -118,8 +118,9 @@ pub enum RepoError {
     Extents(String),
     /// A block backup's parent (or a restore's `--only-changed-since` snapshot) that the
     /// changed blocks cannot be taken from: another source, another size, or not a block
-    /// backup.
-    #[error("{0}; nothing was read")]
+    /// backup, or a target that does not hold the older snapshot. Nothing was read or
+    /// written when it is returned.
+    #[error("{0}")]
     WrongParent(String),
     /// The system's random source failed (creating a repository's ID key).
     #[error("the system's random source failed")]

@@ -71,6 +71,11 @@ pub struct Extents {
     ranges: Vec<(u64, u64)>,
     /// The volume's size as the file states it (CSI records do), if it does.
     capacity: Option<u64>,
+    /// What the extents are of, where the file says: `thin:N`, the thin device of a
+    /// `thin_dump`, or the newer (`right`) one of a `thin_delta`.
+    of: Option<String>,
+    /// What a `thin_delta`'s changes are since: `thin:N`, its older (`left`) device.
+    since: Option<String>,
 }
 
 impl Extents {
@@ -96,7 +101,13 @@ impl Extents {
             Some(b'<') => parse_thin(input),
             Some(b'[' | b'{') => parse_csi_json(input),
             Some(b'R') => parse_lines(input, ExtentsFormat::CsiTable),
-            Some(b'0'..=b'9' | b'#') | None => parse_lines(input, ExtentsFormat::List),
+            Some(b'0'..=b'9' | b'#') => parse_lines(input, ExtentsFormat::List),
+            // A tool that failed leaves an empty file behind its `>`: taken for "nothing
+            // changed" it would keep the parent's old data everywhere.
+            None => Err(bad(
+                "the file is empty (did the tool that wrote it fail?); a list of no changes \
+                 says so in a comment line (`# no changes`)",
+            )),
             Some(_) => Err(bad(
                 "not thin_delta or thin_dump XML, CSI SnapshotMetadata records, or OFFSET LENGTH lines",
             )),
@@ -129,7 +140,21 @@ impl Extents {
             format,
             ranges: merged,
             capacity,
+            of: None,
+            since: None,
         })
+    }
+
+    /// The snapshot the extents are of (`thin:N`), where the file names it.
+    #[must_use]
+    pub fn of(&self) -> Option<&str> {
+        self.of.as_deref()
+    }
+
+    /// The snapshot the changes are since (`thin:N`), where the file names it.
+    #[must_use]
+    pub fn since(&self) -> Option<&str> {
+        self.since.as_deref()
     }
 
     /// Which file they came from.
@@ -179,17 +204,25 @@ fn num(what: &str, text: &str) -> std::result::Result<u64, String> {
 fn parse_thin(input: impl BufRead) -> Result<Extents> {
     use quick_xml::events::{BytesStart, Event};
 
-    fn attr(e: &BytesStart<'_>, name: &str) -> Result<u64> {
+    fn maybe(e: &BytesStart<'_>, name: &str) -> Result<Option<u64>> {
         let tag = String::from_utf8_lossy(e.name().as_ref()).into_owned();
         for a in e.attributes() {
             let a = a.map_err(|err| bad(format!("<{tag}>: {err}")))?;
             if a.key.as_ref() == name.as_bytes() {
                 let v = std::str::from_utf8(&a.value)
                     .map_err(|_| bad(format!("<{tag} {name}> is not text")))?;
-                return number(&format!("<{tag} {name}>"), v);
+                return number(&format!("<{tag} {name}>"), v).map(Some);
             }
         }
-        Err(bad(format!("<{tag}> has no {name}")))
+        Ok(None)
+    }
+    fn attr(e: &BytesStart<'_>, name: &str) -> Result<u64> {
+        maybe(e, name)?.ok_or_else(|| {
+            bad(format!(
+                "<{}> has no {name}",
+                String::from_utf8_lossy(e.name().as_ref())
+            ))
+        })
     }
 
     let mut reader = quick_xml::Reader::from_reader(input);
@@ -202,6 +235,9 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
     let mut group: Option<bool> = None;
     // (first block, blocks).
     let mut blocks: Vec<(u64, u64)> = Vec::new();
+    // The elements open, innermost last: output cut off part-way leaves some open.
+    let mut open: Vec<Vec<u8>> = Vec::new();
+    let (mut of, mut since, mut mapped) = (None, None, None);
     loop {
         let event = reader
             .read_event_into(&mut buf)
@@ -210,6 +246,12 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
             Event::Start(e) => (e, false),
             Event::Empty(e) => (e, true),
             Event::End(e) => {
+                if open.pop().as_deref() != Some(e.name().as_ref()) {
+                    return Err(bad(format!(
+                        "</{}> closes an element that is not open",
+                        String::from_utf8_lossy(e.name().as_ref())
+                    )));
+                }
                 if matches!(
                     e.name().as_ref(),
                     b"left_only" | b"right_only" | b"different" | b"same"
@@ -219,7 +261,15 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
                 buf.clear();
                 continue;
             }
-            Event::Eof => break,
+            Event::Eof => {
+                if let Some(name) = open.last() {
+                    return Err(bad(format!(
+                        "it ends inside <{}>: cut off (did the tool stop part-way?)",
+                        String::from_utf8_lossy(name)
+                    )));
+                }
+                break;
+            }
             // Declarations, comments, whitespace.
             _ => {
                 buf.clear();
@@ -227,6 +277,9 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
             }
         };
         let name = e.name().as_ref().to_vec();
+        if !empty {
+            open.push(name.clone());
+        }
         let want_in = |f: ExtentsFormat| -> Result<()> {
             if format == Some(f) {
                 Ok(())
@@ -259,6 +312,8 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
                     return Err(bad("more than one <diff> or <device>"));
                 }
                 format = Some(ExtentsFormat::ThinDelta);
+                since = maybe(e, "left")?.map(|n| format!("thin:{n}"));
+                of = maybe(e, "right")?.map(|n| format!("thin:{n}"));
             }
             b"device" => {
                 if format == Some(ExtentsFormat::ThinDelta) {
@@ -272,6 +327,8 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
                     ));
                 }
                 format = Some(ExtentsFormat::ThinDump);
+                of = maybe(e, "dev_id")?.map(|n| format!("thin:{n}"));
+                mapped = maybe(e, "mapped_blocks")?;
             }
             b"left_only" | b"right_only" | b"different" | b"same" => {
                 want_in(ExtentsFormat::ThinDelta)?;
@@ -310,6 +367,15 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
         buf.clear();
     }
     let block = block.ok_or_else(|| bad("no <superblock data_block_size=...>"))?;
+    if let Some(m) = mapped {
+        let listed = blocks.iter().try_fold(0u64, |a, b| a.checked_add(b.1));
+        if listed != Some(m) {
+            return Err(bad(format!(
+                "the device maps {m} blocks and the dump lists {}: incomplete",
+                listed.map_or_else(|| "more than 2^64".into(), |l| l.to_string())
+            )));
+        }
+    }
     let format =
         format.ok_or_else(|| bad("neither a thin_delta <diff> nor a thin_dump <device>"))?;
     let ranges = blocks
@@ -321,7 +387,10 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
                 .ok_or_else(|| bad(format!("blocks {b} + {n} lie past 2^64 bytes")))
         })
         .collect::<Result<Vec<_>>>()?;
-    Extents::from_ranges(format, ranges, None)
+    let mut extents = Extents::from_ranges(format, ranges, None)?;
+    extents.of = of;
+    extents.since = since;
+    Ok(extents)
 }
 
 /// A JSON number, or a string of one (the protobuf JSON mapping writes 64-bit integers
@@ -366,23 +435,19 @@ struct CsiBlock {
     size_bytes: Option<Number>,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum CsiFile {
-    Many(Vec<CsiRecord>),
-    One(CsiRecord),
-}
-
-/// CSI SnapshotMetadata records as JSON.
+/// CSI SnapshotMetadata records as JSON: a list of them (the lister's), or one.
 fn parse_csi_json(input: impl BufRead) -> Result<Extents> {
-    let file: CsiFile = serde_json::from_reader(input).map_err(|e| {
+    let what = |e: serde_json::Error| {
         bad(format!(
             "CSI SnapshotMetadata JSON (a list of records of block_metadata): {e}"
         ))
-    })?;
-    let records = match file {
-        CsiFile::Many(r) => r,
-        CsiFile::One(r) => vec![r],
+    };
+    // Through a value, so that an error names the field rather than "no variant matched".
+    let value: serde_json::Value = serde_json::from_reader(input).map_err(what)?;
+    let records: Vec<CsiRecord> = if value.is_array() {
+        serde_json::from_value(value).map_err(what)?
+    } else {
+        vec![serde_json::from_value(value).map_err(what)?]
     };
     let mut capacity = None;
     let mut ranges = Vec::new();

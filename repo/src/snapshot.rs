@@ -49,8 +49,14 @@ pub struct BlockRecord {
     /// file system reports them, were not read); `allocated:FORMAT` (only the extents of
     /// a `thin_dump`, CSI or list file were read, the rest taken for zeros);
     /// `changed:FORMAT` (only the changed extents were read, the rest taken from the
-    /// parent); `verified:FORMAT` (a changed-block run that read every block and compared).
+    /// parent); `verified:FORMAT` (a run given an extents file that read every block and
+    /// compared).
     pub read: String,
+    /// What the image is of, as the extents file named it: `thin:N` for thin device N
+    /// (a `thin_dump`'s device, a `thin_delta`'s newer one). An incremental whose
+    /// `thin_delta` is since another device than its parent's is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
     /// Backups in a row, this one included, that trusted an extents file (`allocated` or
     /// `changed`) since the last one that read every block: 0 for one that read every
     /// block.

@@ -1106,7 +1106,7 @@ fn parent_latest_is_the_newest_of_the_same_paths() {
 }
 
 /// Issue 26 from the command line: `--changed` with `--parent latest` (the newest of the
-/// `--source-id`, whatever the device's path), a verifying run that finds a block the
+/// `--source-id`, whatever the device's path and the host), a verifying run that finds a block the
 /// extents file missed (exit 1, the snapshot saved), and `--only-changed-since`.
 #[test]
 fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() {
@@ -1125,21 +1125,17 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
     std::fs::write(p("delta"), "2097152 1048576\n").unwrap();
     std::fs::write(p("nothing"), "# no changes\n").unwrap();
     let json = |out: &str| serde_json::from_str::<serde_json::Value>(out).unwrap();
-    let base = [
-        "backup",
-        "--host",
-        "node-1",
-        "--json",
-        "--block",
-        "--source-id",
-        "vg0/vol",
-    ];
+    let base = ["backup", "--json", "--block", "--source-id", "vg0/vol"];
     let run = |more: &[&str]| kura(&gw, &[&base[..], more].concat(), None);
 
-    let first = json(&ok(&run(&[&p("mon.img")])));
+    let first = json(&ok(&run(&["--host", "node-1", &p("mon.img")])));
     let out = run(&["--changed", &p("delta"), &p("tue.img")]);
     assert!(!out.status.success(), "--changed without --parent");
+    // From another host (a CronJob's pod is named anew each night): latest is the
+    // source's, whatever the host and the path.
     let second = json(&ok(&run(&[
+        "--host",
+        "node-2",
         "--parent",
         "latest",
         "--changed",
@@ -1149,7 +1145,7 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
     let snap = &second["snapshot"];
     assert_eq!(
         snap["parent"], first["id"],
-        "latest of the source, not of the path"
+        "latest of the source, not of the path or host"
     );
     assert_eq!(snap["summary"]["bytes_read"], MIB);
     assert_eq!(snap["block"]["read"], "changed:list");

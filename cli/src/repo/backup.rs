@@ -105,7 +105,7 @@ pub fn run(args: &BackupArgs) -> Result<()> {
 }
 
 /// The parent snapshot: `--parent` (`latest` as restic takes it, or for a block source the
-/// newest of its `--source-id`), or by default for paths the newest of this host and
+/// newest of its `--source-id`, from any host), or by default for paths the newest of this host and
 /// these paths.
 async fn parent_of(
     repo: &kura_repo::Repository<kura_repo::S3Storage>,
@@ -128,7 +128,7 @@ async fn parent_of(
             // A block source's latest is the newest of its identity (the device path of
             // a thin snapshot changes every night).
             if let (Source::Block(path), "latest") = (source, p.as_str()) {
-                Some(latest_of_source(repo, host, &source_id(args, path)).await?)
+                Some(latest_of_source(repo, &source_id(args, path)).await?)
             } else {
                 let filter = if p == "latest" {
                     within
@@ -181,19 +181,18 @@ fn block_options(args: &BackupArgs) -> Result<kura_repo::BlockOptions> {
     })
 }
 
-/// The newest snapshot of `host` whose block record names `source`.
+/// The newest snapshot whose block record names `source`, from any host: the source's
+/// identity is what the user named it, and a CronJob's pod has another host name each
+/// night.
 async fn latest_of_source(
     repo: &kura_repo::Repository<kura_repo::S3Storage>,
-    host: &str,
     source: &str,
 ) -> Result<kura_repo::Id> {
     repo.snapshots()
         .await?
         .into_iter()
         .rev()
-        .find(|(_, s)| s.host == host && s.block.as_ref().is_some_and(|b| b.source == source))
+        .find(|(_, s)| s.block.as_ref().is_some_and(|b| b.source == source))
         .map(|(id, _)| id)
-        .with_context(|| {
-            format!("no block snapshot of source {source:?} from host {host} to take as parent")
-        })
+        .with_context(|| format!("no block snapshot of source {source:?} to take as parent"))
 }

@@ -355,8 +355,15 @@ fn choose<'a>(
                 )));
             }
             fits(e)?;
-            record.trusted_runs = 1;
-            let verify = verify_at(1);
+            // Counted through a parent of the same source, so that nightly allocated-only
+            // runs verify too.
+            let runs = parent
+                .and_then(|p| p.record.as_ref())
+                .filter(|b| b.source == record.source)
+                .map_or(1, |b| b.trusted_runs.saturating_add(1));
+            record.trusted_runs = runs;
+            record.snapshot = e.of().map(str::to_string);
+            let verify = verify_at(runs);
             record.read = format!(
                 "{}:{}",
                 if verify { "verified" } else { "allocated" },
@@ -378,6 +385,17 @@ fn choose<'a>(
             })?;
             let (before, node) = parent_fits(p, &record)?;
             fits(e)?;
+            // A delta between other snapshots than the parent's (yesterday's run failed,
+            // and `latest` is the day before) would keep old data where it changed.
+            if let (Some(since), Some(parent_is)) = (e.since(), before.snapshot.as_deref())
+                && since != parent_is
+            {
+                return Err(RepoError::WrongParent(format!(
+                    "the changes are since {since}, and the parent is of {parent_is}: \
+                     give the parent taken of {since}, or a delta since {parent_is}"
+                )));
+            }
+            record.snapshot = e.of().map(str::to_string);
             let runs = before.trusted_runs.saturating_add(1);
             let verify = verify_at(runs);
             record.trusted_runs = if verify { 0 } else { runs };

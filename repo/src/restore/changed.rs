@@ -42,12 +42,16 @@ pub async fn restore_changed_to<S: Storage>(
     let size = node.size.unwrap_or(0);
     if since.size != Some(size) {
         return Err(RepoError::WrongParent(format!(
-            "the older snapshot's image holds {} bytes, this one {size}",
+            "the older snapshot's image holds {} bytes, this one {size}; nothing was written",
             since.size.unwrap_or(0)
         )));
     }
     let path = target.path().to_path_buf();
+    let holes = Holes::WriteZeros {
+        discard: super::write::thin_block(&target.file),
+    };
     repo.progress.set_total(size);
+    spot_check(repo, node, since, &target, block).await?;
     let mut new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
     let mut old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
     let mut written = 0u64;
@@ -67,8 +71,7 @@ pub async fn restore_changed_to<S: Storage>(
         let len = block.min(size - at);
         if a == b {
             if let Some((base, part)) = stretch.take() {
-                written += write_file_at(repo, &part, &target.file, &path, Holes::WriteZeros, base)
-                    .await?;
+                written += write_file_at(repo, &part, &target.file, &path, holes, base).await?;
             }
             repo.progress.add_bytes(len);
         } else {
@@ -89,7 +92,7 @@ pub async fn restore_changed_to<S: Storage>(
         at += len;
     }
     if let Some((base, part)) = stretch.take() {
-        written += write_file_at(repo, &part, &target.file, &path, Holes::WriteZeros, base).await?;
+        written += write_file_at(repo, &part, &target.file, &path, holes, base).await?;
     }
     target
         .file
@@ -99,4 +102,70 @@ pub async fn restore_changed_to<S: Storage>(
         bytes: size,
         written,
     })
+}
+
+/// Blocks of the target read and hashed before anything is written.
+const SPOT_CHECKS: usize = 16;
+
+/// Refuses a target that does not hold `since`: up to [`SPOT_CHECKS`] blocks that both
+/// snapshots hold as the same blob, spread over the image, are read from the target and
+/// must hash to that blob. Cheap (16 blocks), and it catches the likely mistake: the
+/// live volume, or a device of another source, given for the older snapshot's copy.
+async fn spot_check<S: Storage>(
+    repo: &Repository<S>,
+    node: &Node,
+    since: &Node,
+    target: &FileTarget,
+    block: u64,
+) -> Result<()> {
+    let size = node.size.unwrap_or(0);
+    let shared = || -> Result<Vec<(u64, crate::id::Id)>> {
+        let new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
+        let old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
+        let mut out = Vec::new();
+        for (i, (a, b)) in new.zip(old).enumerate() {
+            if let (Some(a), Some(b)) = (a?, b?)
+                && a == b
+            {
+                out.push((i as u64 * block, a));
+            }
+        }
+        Ok(out)
+    };
+    let all = shared()?;
+    let step = all.len().div_ceil(SPOT_CHECKS).max(1);
+    let picked: Vec<(u64, crate::id::Id)> = all.into_iter().step_by(step).collect();
+    let file = target
+        .file
+        .try_clone()
+        .map_err(|e| RepoError::io(target.path(), e))?;
+    let path = target.path().to_path_buf();
+    let reads: Vec<(u64, u64)> = picked
+        .iter()
+        .map(|&(at, _)| (at, block.min(size - at)))
+        .collect();
+    let read = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt as _;
+        reads
+            .into_iter()
+            .map(|(at, len)| {
+                let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+                file.read_exact_at(&mut buf, at).map(|()| buf)
+            })
+            .collect::<std::io::Result<Vec<Vec<u8>>>>()
+    })
+    .await
+    .map_err(|e| RepoError::task("spot check", &e))?
+    .map_err(|e| RepoError::io(&path, e))?;
+    for ((at, id), bytes) in picked.iter().zip(read) {
+        if repo.config.id_key.id(&bytes) != *id {
+            return Err(RepoError::WrongParent(format!(
+                "{}'s block at byte {at} is not what the older snapshot holds there: the \
+                 target does not hold that snapshot, and writing only the changed blocks \
+                 would leave a mix; nothing was written",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
 }

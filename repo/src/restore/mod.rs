@@ -121,7 +121,9 @@ pub async fn restore_file_to<S: Storage>(
 ) -> Result<u64> {
     one_file(node)?;
     let holes = if target.device_size().is_some() {
-        write::Holes::WriteZeros
+        write::Holes::WriteZeros {
+            discard: write::thin_block(&target.file),
+        }
     } else {
         write::Holes::Skip
     };

@@ -51,7 +51,9 @@ impl FileTarget {
         let needed = node.size.unwrap_or(0);
         let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
         if !is_device && in_place {
+            // Read too: blocks are read back to check that it holds the older image.
             let file = OpenOptions::new()
+                .read(true)
                 .write(true)
                 .custom_flags(super::write::NON_BLOCK)
                 .open(path)

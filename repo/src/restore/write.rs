@@ -210,12 +210,13 @@ const DEVICE_BLOCK: u64 = 4096;
 /// Makes `n` bytes at `at` read as zeros without writing them where the target can:
 /// `fallocate(PUNCH_HOLE | KEEP_SIZE)` first, which on a block device is a write-zeroes
 /// that may unmap (a loop device gives the blocks back) and never falls back to written
-/// zeros; else a discard (`PUNCH_HOLE | NO_HIDE_STALE`, the block layer's BLKDISCARD),
-/// taken only if the range then reads back as zeros (a thin LV's unmapped blocks do; a
-/// device that keeps old data after a discard is caught); else `ZERO_RANGE` (the block
+/// zeros; else, on a thin LV (`discard`: its block size), a discard of the whole thin
+/// blocks (`PUNCH_HOLE | NO_HIDE_STALE`, the block layer's BLKDISCARD), which dm-thin
+/// unmaps and reads back as zeros, the edges zeroed as below; else `ZERO_RANGE` (the block
 /// layer's BLKZEROOUT: the device zeroes, maybe allocating); else zeros written, as a
-/// device without any of these needs.
-fn zero_range(file: &File, at: u64, n: u64) -> std::io::Result<()> {
+/// device without any of these needs. Other devices get no discard: what they read
+/// after one is not promised (the kernel dropped `discard_zeroes_data` for that).
+fn zero_range(file: &File, at: u64, n: u64, discard: Option<u64>) -> std::io::Result<()> {
     use rustix::fs::{FallocateFlags, fallocate};
     let start = at.next_multiple_of(DEVICE_BLOCK);
     let end = (at + n) / DEVICE_BLOCK * DEVICE_BLOCK;
@@ -223,46 +224,62 @@ fn zero_range(file: &File, at: u64, n: u64) -> std::io::Result<()> {
         return write_zeros_at(file, at, n);
     }
     write_zeros_at(file, at, start - at)?;
-    let len = end - start;
     let keep = FallocateFlags::KEEP_SIZE;
-    let zeroed = fallocate(file, FallocateFlags::PUNCH_HOLE | keep, start, len)
-        .map_err(std::io::Error::from)
-        .or_else(|_| {
-            fallocate(
-                file,
-                FallocateFlags::PUNCH_HOLE | keep | FallocateFlags::NO_HIDE_STALE,
-                start,
-                len,
-            )?;
-            if reads_as_zeros(file, start, len)? {
-                Ok(())
-            } else {
-                Err(std::io::Error::other("old data after a discard"))
+    let zero_out = |from: u64, to: u64| -> std::io::Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let done = fallocate(file, FallocateFlags::PUNCH_HOLE | keep, from, to - from)
+            .or_else(|_| fallocate(file, FallocateFlags::ZERO_RANGE | keep, from, to - from));
+        if done.is_err() {
+            write_zeros_at(file, from, to - from)?;
+        }
+        Ok(())
+    };
+    let punched = fallocate(file, FallocateFlags::PUNCH_HOLE | keep, start, end - start).is_ok();
+    if !punched {
+        match discard.map(|g| (start.next_multiple_of(g), end / g * g)) {
+            Some((d_start, d_end))
+                if d_end > d_start
+                    && fallocate(
+                        file,
+                        FallocateFlags::PUNCH_HOLE | keep | FallocateFlags::NO_HIDE_STALE,
+                        d_start,
+                        d_end - d_start,
+                    )
+                    .is_ok() =>
+            {
+                zero_out(start, d_start)?;
+                zero_out(d_end, end)?;
             }
-        })
-        .or_else(|_| {
-            fallocate(file, FallocateFlags::ZERO_RANGE | keep, start, len)
-                .map_err(std::io::Error::from)
-        });
-    if zeroed.is_err() {
-        write_zeros_at(file, start, len)?;
+            _ => zero_out(start, end)?,
+        }
     }
     write_zeros_at(file, end, at + n - end)
 }
 
-/// Whether `n` bytes at `at` read as zeros.
-fn reads_as_zeros(file: &File, at: u64, n: u64) -> std::io::Result<bool> {
-    let mut buf = vec![0u8; 1 << 20];
-    let mut done = 0;
-    while done < n {
-        let len = usize::try_from(n - done).map_or(buf.len(), |l| l.min(buf.len()));
-        file.read_exact_at(&mut buf[..len], at + done)?;
-        if buf[..len].iter().any(|&b| b != 0) {
-            return Ok(false);
-        }
-        done += len as u64;
-    }
-    Ok(true)
+/// The block size of the thin LV `file` opens, if it is one: a device-mapper device
+/// whose lower device is a thin pool (`…-tpool`), as LVM names them. Its unmapped blocks
+/// read as zeros, so a discard of whole blocks zeroes them without allocating.
+pub(super) fn thin_block(file: &File) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    let rdev = file.metadata().ok()?.rdev();
+    let sys = std::path::PathBuf::from(format!(
+        "/sys/dev/block/{}:{}",
+        rustix::fs::major(rdev),
+        rustix::fs::minor(rdev)
+    ));
+    let slaves = std::fs::read_dir(sys.join("slaves")).ok()?;
+    let on_pool = slaves.flatten().any(|s| {
+        std::fs::read_to_string(s.path().join("dm/name"))
+            .is_ok_and(|n| n.trim_end().ends_with("-tpool"))
+    });
+    let granularity: u64 = std::fs::read_to_string(sys.join("queue/discard_granularity"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (on_pool && granularity > 0).then_some(granularity)
 }
 
 /// How a restore treats the zero stretches a backup did not store.
@@ -272,7 +289,11 @@ pub(super) enum Holes {
     Skip,
     /// Zero them ([`zero_range`]): a block device may hold old data there. A thin one is
     /// not filled: the device zeroes, unmapping where it can, rather than being written.
-    WriteZeros,
+    /// With a thin LV's block size, whole blocks are discarded where write-zeroes fails.
+    WriteZeros {
+        /// The thin LV's block size, if the target is one ([`thin_block`]).
+        discard: Option<u64>,
+    },
 }
 
 /// Restores one file node into an open file or device, from its start.
@@ -299,13 +320,17 @@ pub(super) async fn write_file_at<S: Storage>(
     // Writes run on the blocking pool, at their offsets, one at a time in order; the
     // runtime thread stays free to receive the chunks being fetched meanwhile.
     let file = Arc::new(f.try_clone().map_err(|e| RepoError::io(path, e))?);
+    let discard = match holes {
+        Holes::WriteZeros { discard } => discard,
+        Holes::Skip => None,
+    };
     let write_at = |at: u64, data: Option<Bytes>, zeros: u64| {
         let file = file.clone();
         let path = path.to_path_buf();
         async move {
             tokio::task::spawn_blocking(move || match data {
                 Some(d) => file.write_all_at(&d, at),
-                None => zero_range(&file, at, zeros),
+                None => zero_range(&file, at, zeros, discard),
             })
             .await
             .map_err(|e| RepoError::task("write task", &e))?
@@ -323,7 +348,7 @@ pub(super) async fn write_file_at<S: Storage>(
                 repo.progress.add_bytes(len);
             }
             (zero, None) => {
-                if holes == Holes::WriteZeros {
+                if let Holes::WriteZeros { .. } = holes {
                     write_at(pos, None, zero).await?;
                 }
                 pos += zero;

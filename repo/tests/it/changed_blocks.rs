@@ -129,6 +129,52 @@ fn an_extents_file_that_is_wrong_or_ambiguous_is_refused_with_a_reason() {
     assert!(err(b"hello").contains("not thin_delta"));
 }
 
+/// Found by review: a tool that fails leaves an empty or cut-off file behind its `>`,
+/// which was read as "nothing changed" (the parent's old data kept everywhere), or as
+/// the changes up to the cut. Now refused; no changes are said in so many words.
+#[test]
+fn an_empty_or_cut_off_extents_file_is_refused() {
+    let err = |text: &[u8]| Extents::read(text).unwrap_err().to_string();
+    assert!(err(b"").contains("empty"), "{}", err(b""));
+    assert!(err(b" \n\t\n").contains("empty"));
+    assert!(
+        Extents::read(&b"# no changes\n"[..])
+            .unwrap()
+            .ranges()
+            .is_empty()
+    );
+    assert!(
+        Extents::read(&b"[]"[..]).unwrap().ranges().is_empty(),
+        "the lister's own empty list"
+    );
+
+    let delta = std::fs::read_to_string(data("thin/delta.xml")).unwrap();
+    let cut = &delta[..delta.find("<left_only").unwrap()];
+    assert!(
+        err(cut.as_bytes()).contains("cut off"),
+        "{}",
+        err(cut.as_bytes())
+    );
+    let verbose = std::fs::read_to_string(data("thin/delta-verbose.xml")).unwrap();
+    let cut = &verbose[..verbose.find("</same>").unwrap()];
+    assert!(err(cut.as_bytes()).contains("cut off"));
+    let dump = std::fs::read_to_string(data("thin/dump-dev1.xml")).unwrap();
+    let cut = &dump[..dump.find("<single_mapping").unwrap()];
+    assert!(err(cut.as_bytes()).contains("cut off"));
+    let short = dump.replace("mapped_blocks=\"6\"", "mapped_blocks=\"7\"");
+    assert!(
+        err(short.as_bytes()).contains("incomplete"),
+        "{}",
+        err(short.as_bytes())
+    );
+    let typo = b"[{\"block_metadata\":[{\"byte_offset\":3,\"size_bytez\":1}]}]";
+    assert!(
+        err(typo).contains("size_bytez"),
+        "names the field: {}",
+        err(typo)
+    );
+}
+
 /// Issue 26 items 1 and 6: only the blocks that `thin_delta` names are read; the others
 /// keep the parent's blobs, and the restore is today's image.
 #[tokio::test(flavor = "multi_thread")]
@@ -248,7 +294,7 @@ async fn a_changed_block_the_extents_missed_is_caught_by_the_verifying_run() {
     );
     assert!(s2.block.as_ref().unwrap().mismatched.is_empty());
 
-    let nothing = Extents::read(&b""[..]).unwrap();
+    let nothing = Extents::read(&b"# no changes\n"[..]).unwrap();
     o.block.map = Some(BlockMap::Changed(nothing));
     let (_, s3) = back_up(&mut repo, &path, &new, o, Some(second))
         .await
@@ -265,6 +311,60 @@ async fn a_changed_block_the_extents_missed_is_caught_by_the_verifying_run() {
     assert!(
         restored(&repo, &s3, dir.path()).await == new,
         "stored as read"
+    );
+
+    // Allocated-only runs count through their parent: the second in a row verifies.
+    let mut o = block_opts(Some(BlockMap::Allocated(extents("thin/dump-dev1.xml"))));
+    o.block.verify_every = Some(2);
+    let (a1, b1) = back_up(&mut repo, &path, &old, o.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(b1.block.as_ref().unwrap().trusted_runs, 1);
+    let (_, b2) = back_up(&mut repo, &path, &old, o, Some(a1)).await.unwrap();
+    let b = b2.block.as_ref().unwrap();
+    assert_eq!((b.read.as_str(), b.trusted_runs), ("verified:thin_dump", 0));
+    assert!(
+        b.mismatched.is_empty(),
+        "the dump was right: {:?}",
+        b.mismatched
+    );
+}
+
+/// Found by review: a `thin_delta` between other snapshots than the parent's (yesterday's
+/// run failed, so `latest` is the day before) kept the parent's data where the missed
+/// day changed it. The devices the files name now chain: thin_dump of device 1, then a
+/// delta from 1 to 2 is taken; the same delta on top of device 2's snapshot is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thin_delta_since_another_device_than_the_parents_is_refused() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("chain"), params())
+        .await
+        .unwrap();
+    let dump = Some(BlockMap::Allocated(extents("thin/dump-dev1.xml")));
+    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(dump), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        s1.block.as_ref().unwrap().snapshot.as_deref(),
+        Some("thin:1")
+    );
+    let delta = || Some(BlockMap::Changed(extents("thin/delta.xml")));
+    let (second, s2) = back_up(&mut repo, &path, &new, block_opts(delta()), Some(first))
+        .await
+        .unwrap();
+    assert_eq!(
+        s2.block.as_ref().unwrap().snapshot.as_deref(),
+        Some("thin:2")
+    );
+    let e = back_up(&mut repo, &path, &new, block_opts(delta()), Some(second))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RepoError::WrongParent(_)) && e.to_string().contains("since thin:1"),
+        "{e}"
     );
 }
 
@@ -439,6 +539,18 @@ async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
     std::fs::write(&target, &old[..SIZE / 2]).unwrap();
     let e = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap_err();
     assert!(e.to_string().contains("cannot hold"), "{e}");
+
+    // Found by review: a target that does not hold the older snapshot (the live volume,
+    // another source) got the changed blocks written over it, a mix. Now its shared blocks
+    // are read first, and nothing is written.
+    let other = pseudo_random(SIZE, 99);
+    std::fs::write(&target, &other).unwrap();
+    let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
+    let e = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not hold that snapshot"), "{e}");
+    assert!(std::fs::read(&target).unwrap() == other, "nothing written");
 
     let backing = dir.path().join("thin.img");
     std::fs::write(&backing, &old).unwrap();
