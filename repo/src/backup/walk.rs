@@ -33,6 +33,9 @@ use crate::tree::{Content, Node, NodeType, Tree};
 /// in the tick in which the parent read the file cannot hide (FORMAT.md section 9).
 const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
+/// The parent's subtrees read ahead of the walk, at most (memory: this many trees).
+const TREES_AHEAD: usize = 8;
+
 /// The parent snapshot a backup compares files with.
 pub(super) struct Parent {
     /// Its root tree.
@@ -104,6 +107,9 @@ pub(super) struct Walker<S: Storage> {
     trusted_before: Option<i128>,
     /// What a `--block` backup read, for its snapshot.
     pub(super) block: Option<crate::snapshot::BlockRecord>,
+    /// The parent's subtrees being read ahead of the walk, by ID: a re-run of a tree of
+    /// many directories would otherwise wait on one round trip per directory.
+    ahead: HashMap<Id, tokio::task::JoinHandle<Result<Tree>>>,
 }
 
 impl<S: Storage> Walker<S> {
@@ -117,6 +123,7 @@ impl<S: Storage> Walker<S> {
             changed: Vec::new(),
             trusted_before: None,
             block: None,
+            ahead: HashMap::new(),
         })
     }
 
@@ -439,13 +446,34 @@ impl<S: Storage> Walker<S> {
     /// its name in `dir`, never by a path.
     fn read_dir(&mut self, dir: &OpenDir, before: Option<Id>) -> Result<Option<Tree>> {
         let parent = match before {
-            Some(id) => Some(
-                self.packer
+            Some(id) => Some(match self.ahead.remove(&id) {
+                Some(task) => self
+                    .packer
+                    .handle()
+                    .block_on(task)
+                    .map_err(|e| RepoError::task("tree read-ahead", &e))??,
+                None => self
+                    .packer
                     .handle()
                     .block_on(self.packer.repo().read_tree(&id))?,
-            ),
+            }),
             None => None,
         };
+        // The parent's subdirectories' trees, in the order the walk comes to them (both
+        // sorted by name), and where each is first.
+        let subtrees: Vec<Id> = parent
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .filter(|n| n.kind == Some(NodeType::Dir))
+            .filter_map(|n| n.subtree)
+            .collect();
+        let index: HashMap<Id, usize> = subtrees
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, id)| (*id, i))
+            .collect();
+        let mut next_ahead = 0;
         let entries = match rustix::fs::Dir::read_from(dir.fd()) {
             Ok(e) => e,
             Err(e) => {
@@ -474,6 +502,7 @@ impl<S: Storage> Walker<S> {
         for name in names {
             let path = dir.display(&name);
             let before = parent.as_ref().and_then(|t| t.find(&name));
+            self.read_ahead(&subtrees, &index, &mut next_ahead, before);
             let at = Entry {
                 dir,
                 name: &name,
@@ -484,7 +513,40 @@ impl<S: Storage> Walker<S> {
             }
             self.report();
         }
+        // Subdirectories gone since the parent: their trees are not needed.
+        for id in &subtrees {
+            if let Some(task) = self.ahead.remove(id) {
+                task.abort();
+            }
+        }
         Ok(Some(tree))
+    }
+
+    /// Starts reading the parent's subtrees from the one of `before` (the entry the walk
+    /// is at) on, while fewer than `TREES_AHEAD` are being read in all.
+    fn read_ahead(
+        &mut self,
+        subtrees: &[Id],
+        index: &HashMap<Id, usize>,
+        next: &mut usize,
+        before: Option<&Node>,
+    ) {
+        if let Some(&at) = before.and_then(|b| b.subtree).and_then(|id| index.get(&id)) {
+            *next = (*next).max(at);
+        }
+        while *next < subtrees.len() && self.ahead.len() < TREES_AHEAD {
+            let id = subtrees[*next];
+            *next += 1;
+            if self.ahead.contains_key(&id) {
+                continue;
+            }
+            let repo = self.packer.repo().clone();
+            let task = self
+                .packer
+                .handle()
+                .spawn(async move { repo.read_tree(&id).await });
+            self.ahead.insert(id, task);
+        }
     }
 
     /// Content-defined chunks of a stream, counted as read.

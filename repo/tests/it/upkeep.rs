@@ -68,6 +68,66 @@ async fn an_incremental_backup_reads_only_what_changed() {
     }
 }
 
+/// The parent's subtrees are read ahead of the walk (issue 27): directories with one
+/// subtree ID (empty ones), directories gone since and new ones all come out right, and
+/// the unchanged files are still taken from the parent unread.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_run_reads_the_parents_trees_ahead_and_keeps_every_directory_right() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let root = src.path().join("data");
+    for d in 0..30 {
+        let dir = root.join(format!("d{d:02}/inner"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), pseudo_random(1000, d)).unwrap();
+        std::fs::create_dir_all(root.join(format!("e{d:02}"))).unwrap();
+    }
+    settle();
+    let mut repo = Repository::init(env.storage("ahead"), small_params())
+        .await
+        .unwrap();
+    let (first, _) = backup(&mut repo, Source::Paths(vec![root.clone()]), opts())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(root.join("d10")).unwrap();
+    std::fs::remove_dir_all(root.join("e03")).unwrap();
+    std::fs::create_dir_all(root.join("d05b/inner")).unwrap();
+    std::fs::write(root.join("d05b/inner/f"), b"new").unwrap();
+    let mut o = opts();
+    o.parent = Some(first);
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![root.clone()]), o)
+        .await
+        .unwrap();
+    assert_eq!(snap.summary.files, 30);
+    assert_eq!(snap.summary.files_unchanged, 29, "all but the new one");
+    assert_eq!(snap.summary.dirs, 1 + 29 * 2 + 29 + 2);
+    let out = tempfile::tempdir().unwrap();
+    restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    let listed = |dir: &std::path::Path| {
+        let mut v: Vec<_> = kura_testkit::walk::files_under(dir)
+            .into_iter()
+            .map(|p| p.strip_prefix(dir).unwrap().to_path_buf())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(listed(&out.path().join("data")), listed(&root));
+    let empty = (0..30)
+        .filter(|d| out.path().join(format!("data/e{d:02}")).is_dir())
+        .count();
+    assert_eq!(empty, 29, "every empty directory but the one removed");
+    assert_eq!(
+        std::fs::read(out.path().join("data/d05b/inner/f")).unwrap(),
+        b"new"
+    );
+    assert_eq!(
+        std::fs::read(out.path().join("data/d29/inner/f")).unwrap(),
+        pseudo_random(1000, 29)
+    );
+}
+
 /// Regression: a backup on a repository opened before a prune deleted a pack (and its
 /// mark) must not take the blobs of that pack from the index it was opened with.
 #[tokio::test(flavor = "multi_thread")]
