@@ -174,12 +174,6 @@ impl Extents {
     pub fn capacity(&self) -> Option<u64> {
         self.capacity
     }
-
-    /// Bytes covered.
-    #[must_use]
-    pub fn bytes(&self) -> u64 {
-        self.ranges.iter().map(|r| r.1).sum()
-    }
 }
 
 fn bad(why: impl Into<String>) -> RepoError {

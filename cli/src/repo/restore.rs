@@ -10,10 +10,10 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
     super::runtime()?.block_on(async {
         let (repo, _conn) = super::open(&args.repo).await?;
         let (id, snap) = super::find_snapshot(&repo, &args.snapshot, &args.filter).await?;
-        if args.target == Path::new("-") && args.only_changed_since.is_some() {
-            bail!("--only-changed-since writes onto a device or image file, not to stdout");
-        }
         if args.target == Path::new("-") {
+            if args.only_changed_since.is_some() {
+                bail!("--only-changed-since writes onto a device or image file, not to stdout");
+            }
             // No bar: the content goes to stdout and the bar would share a terminal with it.
             let tree = repo.read_tree(&snap.tree).await?;
             let [node] = tree.nodes.as_slice() else {

@@ -69,9 +69,9 @@ pub struct BlockOptions {
 }
 
 /// The parent of a block backup: its record and its one file node.
-pub(super) struct ParentBlock {
-    pub(super) record: Option<BlockRecord>,
-    pub(super) node: Option<Node>,
+pub(super) struct ParentBlock<'a> {
+    pub(super) record: Option<&'a BlockRecord>,
+    pub(super) node: Option<&'a Node>,
 }
 
 /// What a block read while verifying was taken to be without reading.
@@ -214,8 +214,8 @@ struct Source {
 }
 
 impl Source {
-    fn open(path: &Path, block: u64) -> Result<Self> {
-        let buffered = File::open(path).map_err(|e| RepoError::io(path, e))?;
+    /// `buffered`, opened at `path`, and a direct descriptor beside it where it allows.
+    fn new(buffered: File, path: &Path, block: u64) -> Self {
         // Direct reads need every offset aligned: blocks of a multiple of ALIGN.
         let direct = if block.is_multiple_of(ALIGN as u64) {
             std::fs::OpenOptions::new()
@@ -226,7 +226,7 @@ impl Source {
         } else {
             None
         };
-        Ok(Self { direct, buffered })
+        Self { direct, buffered }
     }
 
     /// Reads `len` bytes at `at` into `buf` (or fewer at the end), directly if it can.
@@ -309,7 +309,7 @@ struct Choice<'a> {
 /// Decides what to read, refusing a parent or an extents file that does not fit.
 fn choose<'a>(
     opts: &'a BlockOptions,
-    parent: Option<&'a ParentBlock>,
+    parent: Option<&'a ParentBlock<'a>>,
     seek_data: Option<&'a [(u64, u64)]>,
     source: String,
     size: u64,
@@ -358,7 +358,7 @@ fn choose<'a>(
             // Counted through a parent of the same source, so that nightly allocated-only
             // runs verify too.
             let runs = parent
-                .and_then(|p| p.record.as_ref())
+                .and_then(|p| p.record)
                 .filter(|b| b.source == record.source)
                 .map_or(1, |b| b.trusted_runs.saturating_add(1));
             record.trusted_runs = runs;
@@ -397,8 +397,8 @@ fn choose<'a>(
             }
             record.snapshot = e.of().map(str::to_string);
             let runs = before.trusted_runs.saturating_add(1);
+            record.trusted_runs = runs;
             let verify = verify_at(runs);
-            record.trusted_runs = if verify { 0 } else { runs };
             record.read = format!(
                 "{}:{}",
                 if verify { "verified" } else { "changed" },
@@ -421,11 +421,11 @@ fn choose<'a>(
 /// The parent's record and node, refused unless it is a block backup of the same source,
 /// size and block size as `record`.
 fn parent_fits<'a>(
-    p: &'a ParentBlock,
+    p: &ParentBlock<'a>,
     record: &BlockRecord,
 ) -> Result<(&'a BlockRecord, &'a Node)> {
     let (size, block) = (record.size, record.block_size);
-    let (Some(before), Some(node)) = (&p.record, &p.node) else {
+    let (Some(before), Some(node)) = (p.record, p.node) else {
         return Err(RepoError::WrongParent(
             "the parent is not a block backup (or was written before kura recorded one)".into(),
         ));
@@ -457,11 +457,11 @@ impl<S: Storage> Walker<S> {
     pub(super) fn block(
         &mut self,
         path: &Path,
-        parent: Option<&ParentBlock>,
+        parent: Option<&ParentBlock<'_>>,
         opts: &BlockOptions,
     ) -> Result<Node> {
-        let meta = std::fs::metadata(path).map_err(|e| RepoError::io(path, e))?;
         let file = File::open(path).map_err(|e| RepoError::io(path, e))?;
+        let meta = file.metadata().map_err(|e| RepoError::io(path, e))?;
         // A block device's metadata says 0 bytes; its end says how large it is.
         let size = rustix::fs::seek(&file, rustix::fs::SeekFrom::End(0))
             .map_err(|e| RepoError::io(path, e.into()))?;
@@ -471,7 +471,6 @@ impl<S: Storage> Walker<S> {
         } else {
             data_extents(&file, size)
         };
-        drop(file);
         let source = opts
             .source_id
             .clone()
@@ -490,7 +489,7 @@ impl<S: Storage> Walker<S> {
             extent: 0,
             pending: None,
         };
-        let source = Source::open(path, block)?;
+        let source = Source::new(file, path, block);
         let content = self.read_planned(planner, &source, path, &mut record)?;
         let mut node = super::walk::node_from_meta(&meta, crate::tree::NodeType::File);
         node.set_name(path.file_name().unwrap_or(std::ffi::OsStr::new("device")));

@@ -165,9 +165,9 @@ impl<S: Storage> Walker<S> {
             .and_then(|p| p.started)
             .map(|t| t.unix_timestamp_nanos() - RACY_MARGIN_NS);
         let block_parent = parent.map(|p| ParentBlock {
-            record: p.block.clone(),
+            record: p.block.as_ref(),
             node: match p.root.nodes.as_slice() {
-                [node] => Some(node.clone()),
+                [node] => Some(node),
                 _ => None,
             },
         });

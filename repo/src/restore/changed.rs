@@ -119,20 +119,16 @@ async fn spot_check<S: Storage>(
     block: u64,
 ) -> Result<()> {
     let size = node.size.unwrap_or(0);
-    let shared = || -> Result<Vec<(u64, crate::id::Id)>> {
-        let new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
-        let old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
-        let mut out = Vec::new();
-        for (i, (a, b)) in new.zip(old).enumerate() {
-            if let (Some(a), Some(b)) = (a?, b?)
-                && a == b
-            {
-                out.push((i as u64 * block, a));
-            }
+    let new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
+    let old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
+    let mut all = Vec::new();
+    for (i, (a, b)) in new.zip(old).enumerate() {
+        if let (Some(a), Some(b)) = (a?, b?)
+            && a == b
+        {
+            all.push((i as u64 * block, a));
         }
-        Ok(out)
-    };
-    let all = shared()?;
+    }
     let step = all.len().div_ceil(SPOT_CHECKS).max(1);
     let picked: Vec<(u64, crate::id::Id)> = all.into_iter().step_by(step).collect();
     let file = target

@@ -50,20 +50,25 @@ impl FileTarget {
         one_file(node)?;
         let needed = node.size.unwrap_or(0);
         let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
-        if !is_device && in_place {
-            // Read too: blocks are read back to check that it holds the older image.
+        if !is_device {
+            // Without waiting: a FIFO at the name would block the open for a reader. In
+            // place, read too: blocks are read back to check that it holds the older image.
             let file = OpenOptions::new()
-                .read(true)
+                .read(in_place)
                 .write(true)
+                .create(!in_place)
+                .truncate(!in_place)
                 .custom_flags(super::write::NON_BLOCK)
                 .open(path)
                 .map_err(|e| RepoError::io(path, e))?;
-            let meta = file.metadata().map_err(|e| RepoError::io(path, e))?;
-            if !meta.is_file() || meta.len() != needed {
-                return Err(RepoError::Invalid(format!(
-                    "{} is not an image of {needed} bytes: it cannot hold the older snapshot",
-                    path.display()
-                )));
+            if in_place {
+                let meta = file.metadata().map_err(|e| RepoError::io(path, e))?;
+                if !meta.is_file() || meta.len() != needed {
+                    return Err(RepoError::Invalid(format!(
+                        "{} is not an image of {needed} bytes: it cannot hold the older snapshot",
+                        path.display()
+                    )));
+                }
             }
             return Ok(Self {
                 file,
@@ -71,22 +76,7 @@ impl FileTarget {
                 device_size: None,
             });
         }
-        if !is_device {
-            // Without waiting: a FIFO at the name would block the open for a reader.
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(super::write::NON_BLOCK)
-                .open(path)
-                .map_err(|e| RepoError::io(path, e))?;
-            return Ok(Self {
-                file,
-                path: path.to_path_buf(),
-                device_size: None,
-            });
-        }
-        // Read too: a discarded range is read back to see that it holds zeros.
+        // Read too: `--only-changed-since` reads blocks back to check what it holds.
         let file = OpenOptions::new()
             .read(true)
             .write(true)

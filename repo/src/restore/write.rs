@@ -225,13 +225,10 @@ fn zero_range(file: &File, at: u64, n: u64, discard: Option<u64>) -> std::io::Re
     }
     write_zeros_at(file, at, start - at)?;
     let keep = FallocateFlags::KEEP_SIZE;
+    // What is left once PUNCH_HOLE failed on the whole range: it fails on any part too.
     let zero_out = |from: u64, to: u64| -> std::io::Result<()> {
-        if to <= from {
-            return Ok(());
-        }
-        let done = fallocate(file, FallocateFlags::PUNCH_HOLE | keep, from, to - from)
-            .or_else(|_| fallocate(file, FallocateFlags::ZERO_RANGE | keep, from, to - from));
-        if done.is_err() {
+        if to > from && fallocate(file, FallocateFlags::ZERO_RANGE | keep, from, to - from).is_err()
+        {
             write_zeros_at(file, from, to - from)?;
         }
         Ok(())
