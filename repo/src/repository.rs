@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{StreamExt as _, TryStreamExt as _};
 
 use crate::blob::{self, BlobType};
 use crate::config::{Config, Params};
@@ -32,6 +33,13 @@ pub struct Repository<S: Storage> {
 /// it reads it (a prune writes the replacement of an index object before it deletes it, so
 /// a new listing has the replacement).
 const LIST_AGAIN: usize = 3;
+
+/// Snapshot objects read at once (each a few KiB) by [`Repository::snapshots`].
+const SNAPSHOTS_AT_ONCE: usize = 32;
+
+/// Index objects read at once (each up to [`crate::index::INDEX_BLOBS`] entries, about
+/// 2 MiB of JSON).
+const INDEX_AT_ONCE: usize = 8;
 
 /// A cheap copy sharing storage, config and the index as loaded: for work on another
 /// thread (a backup's reader), never for writing the index.
@@ -157,14 +165,26 @@ impl<S: Storage> Repository<S> {
                 Some(names) => names,
                 None => self.index_names_listed().await?,
             };
-            for name in &names {
-                if read.contains_key(name) {
-                    continue;
-                }
-                let bytes = match self.storage.get(FileType::Index, name).await {
+            // Read at once: every backup and restore opens with them all, and a far store
+            // answers each in a round trip.
+            let storage = &self.storage;
+            let unread: Vec<String> = names
+                .iter()
+                .filter(|n| !read.contains_key(*n))
+                .cloned()
+                .collect();
+            let mut fetched = futures::stream::iter(unread)
+                .map(|name| async move {
+                    let got = storage.get(FileType::Index, &name).await;
+                    (name, got)
+                })
+                .buffer_unordered(INDEX_AT_ONCE);
+            let mut gone = false;
+            while let Some((name, got)) = fetched.next().await {
+                let bytes = match got {
                     Err(RepoError::NotFound(_)) if again < LIST_AGAIN => {
-                        again += 1;
-                        continue 'list;
+                        gone = true;
+                        continue;
                     }
                     got => got?,
                 };
@@ -174,7 +194,12 @@ impl<S: Storage> Repository<S> {
                 }
                 let json: IndexJson =
                     serde_json::from_slice(&bytes).map_err(|e| RepoError::corrupt(&what, e))?;
-                read.insert(name.clone(), json);
+                read.insert(name, json);
+            }
+            drop(fetched);
+            if gone {
+                again += 1;
+                continue 'list;
             }
             read.retain(|name, _| names.binary_search(name).is_ok());
             names.shrink_to_fit();
@@ -393,14 +418,26 @@ impl<S: Storage> Repository<S> {
     /// # Errors
     /// Storage errors; corrupt snapshots.
     pub async fn snapshots(&self) -> Result<Vec<(Id, Snapshot)>> {
-        let mut out = Vec::new();
-        for (name, _) in self.storage.list(FileType::Snapshot).await? {
-            let id = Id::from_hex(&name)?;
-            match self.load_snapshot(&id).await {
-                Err(RepoError::NotFound(_)) => {}
-                got => out.push((id, got?)),
-            }
-        }
+        let ids = self
+            .storage
+            .list(FileType::Snapshot)
+            .await?
+            .iter()
+            .map(|(name, _)| Id::from_hex(name))
+            .collect::<Result<Vec<_>>>()?;
+        // Every backup reads them all to find its parent: one after another, a far store's
+        // round trip each would make that grow with the repository's age.
+        let mut out: Vec<(Id, Snapshot)> = futures::stream::iter(ids)
+            .map(|id| async move {
+                match self.load_snapshot(&id).await {
+                    Err(RepoError::NotFound(_)) => Ok(None),
+                    got => got.map(|s| Some((id, s))),
+                }
+            })
+            .buffer_unordered(SNAPSHOTS_AT_ONCE)
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
         out.sort_by_cached_key(|(id, s)| (s.instant(), *id));
         Ok(out)
     }

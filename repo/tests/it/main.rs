@@ -9,6 +9,7 @@ mod forget;
 mod init;
 mod integrity;
 mod lease;
+mod many_snapshots;
 mod redirect;
 mod restore_in_place;
 mod retry;
