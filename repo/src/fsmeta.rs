@@ -18,27 +18,70 @@ use crate::tree::{Node, NodeType};
 /// read (another process changing attributes while we look).
 const RACE_RETRIES: usize = 3;
 
-/// The extended attributes of `path` (not following a symlink) as `(name, value)`, in the
-/// order the file system lists them. File systems without xattr support give none.
+/// Where [`read_xattrs`] reads: a path (its last component not followed) or an open
+/// descriptor. An empty buffer asks for the size needed (rustix's `*_query` calls: its
+/// plain calls answer 0 for an empty buffer).
+pub trait XattrSource: Copy {
+    /// `llistxattr` or `flistxattr`.
+    ///
+    /// # Errors
+    /// The call's.
+    fn list(self, buf: &mut [u8]) -> rustix::io::Result<usize>;
+    /// `lgetxattr` or `fgetxattr`.
+    ///
+    /// # Errors
+    /// The call's.
+    fn get(self, name: &OsStr, buf: &mut [u8]) -> rustix::io::Result<usize>;
+}
+
+impl XattrSource for &Path {
+    fn list(self, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        if buf.is_empty() {
+            rustix::fs::llistxattr_query(self)
+        } else {
+            rustix::fs::llistxattr(self, buf)
+        }
+    }
+    fn get(self, name: &OsStr, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        if buf.is_empty() {
+            rustix::fs::lgetxattr_query(self, name)
+        } else {
+            rustix::fs::lgetxattr(self, name, buf)
+        }
+    }
+}
+
+impl XattrSource for BorrowedFd<'_> {
+    fn list(self, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        if buf.is_empty() {
+            rustix::fs::flistxattr_query(self)
+        } else {
+            rustix::fs::flistxattr(self, buf)
+        }
+    }
+    fn get(self, name: &OsStr, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        if buf.is_empty() {
+            rustix::fs::fgetxattr_query(self, name)
+        } else {
+            rustix::fs::fgetxattr(self, name, buf)
+        }
+    }
+}
+
+/// The extended attributes of `at` as `(name, value)`, in the order the file system lists
+/// them. File systems without xattr support give none.
 ///
 /// # Errors
-/// A failing `llistxattr` or `lgetxattr` other than "not supported" / "gone meanwhile".
-pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let Some(list) = sized_read(
-        || rustix::fs::llistxattr_query(path),
-        |buf| rustix::fs::llistxattr(path, buf),
-    )?
-    else {
+/// A failing list or get other than "not supported" / "gone meanwhile".
+pub fn read_xattrs(at: impl XattrSource) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let Some(list) = sized_read(|| at.list(&mut []), |buf| at.list(buf))? else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
     for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let name = OsStr::from_bytes(name);
         // An attribute removed after the listing is simply not there any more.
-        if let Some(value) = sized_read(
-            || rustix::fs::lgetxattr_query(path, name),
-            |buf| rustix::fs::lgetxattr(path, name, buf),
-        )? {
+        if let Some(value) = sized_read(|| at.get(name, &mut []), |buf| at.get(name, buf))? {
             out.push((name.as_bytes().to_vec(), value));
         }
     }

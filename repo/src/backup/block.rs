@@ -20,7 +20,8 @@
 //! Memory: `READ_BUFFERS` buffers of `READ_SIZE` bytes.
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt as _, FileTypeExt as _, OpenOptionsExt as _};
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -461,12 +462,12 @@ impl<S: Storage> Walker<S> {
         opts: &BlockOptions,
     ) -> Result<Node> {
         let file = File::open(path).map_err(|e| RepoError::io(path, e))?;
-        let meta = file.metadata().map_err(|e| RepoError::io(path, e))?;
+        let meta = super::meta::Meta::of(file.as_fd()).map_err(|e| RepoError::io(path, e))?;
         // A block device's metadata says 0 bytes; its end says how large it is.
         let size = rustix::fs::seek(&file, rustix::fs::SeekFrom::End(0))
             .map_err(|e| RepoError::io(path, e.into()))?;
         let block = u64::from(self.packer.repo().config.params.block_size);
-        let seek_data = if meta.file_type().is_block_device() {
+        let seek_data = if meta.kind == rustix::fs::FileType::BlockDevice {
             None
         } else {
             data_extents(&file, size)

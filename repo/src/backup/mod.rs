@@ -20,6 +20,7 @@
 mod block;
 mod chunk;
 mod command;
+mod meta;
 mod packer;
 mod read;
 mod walk;

@@ -8,16 +8,17 @@
 //! symlink during the walk is not followed.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsFd as _;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::FileType;
 
 use super::block::{BlockOptions, ParentBlock};
 use super::chunk::Chunker;
 use super::command::Child;
+use super::meta::Meta;
 use super::packer::Packer;
 use super::read::{Entry, open_as_listed, read_checked, top_dir, xattr_path};
 use crate::beneath::OpenDir;
@@ -241,41 +242,34 @@ impl<S: Storage> Walker<S> {
     }
 
     /// The entry `at`, stored under `name`, or `None` when it could not be read (recorded
-    /// as an error). It is looked at through an `O_PATH` handle: a directory is then
-    /// opened from that handle, so the directory listed is the one whose metadata was
-    /// taken, whatever its name names by now.
+    /// as an error). A directory is opened by its name and its metadata taken from what
+    /// was opened, so the directory listed is the one whose metadata is stored, whatever
+    /// its name names by now.
     fn entry(
         &mut self,
         at: &Entry<'_>,
         name: &std::ffi::OsStr,
         before: Option<&Node>,
     ) -> Result<Option<Node>> {
-        let looked = crate::beneath::handle(at.dir.fd(), at.name)
-            .map(File::from)
-            .and_then(|handle| handle.metadata().map(|meta| (handle, meta)));
-        let (handle, meta) = match looked {
-            Ok(found) => found,
+        let looked = Meta::at(at.dir.fd(), at.name).and_then(|meta| {
+            if !meta.is_dir() {
+                return Ok((meta, None));
+            }
+            let fd = crate::beneath::open_dir(at.dir.fd(), at.name)?;
+            let meta = Meta::of(fd.as_fd())?;
+            let dir = OpenDir {
+                fd,
+                path: at.path.to_path_buf(),
+            };
+            Ok((meta, Some(dir)))
+        });
+        match looked {
+            Ok((meta, dir)) => self.node(at, dir, name, &meta, before),
             Err(e) => {
                 self.errors.push(format!("{}: {e}", at.path.display()));
-                return Ok(None);
+                Ok(None)
             }
-        };
-        let dir = if meta.is_dir() {
-            match crate::beneath::open_dir(handle.as_fd(), std::ffi::OsStr::new(".")) {
-                Ok(fd) => Some(OpenDir {
-                    fd,
-                    path: at.path.to_path_buf(),
-                }),
-                Err(e) => {
-                    self.errors.push(format!("{}: {e}", at.path.display()));
-                    return Ok(None);
-                }
-            }
-        } else {
-            None
-        };
-        drop(handle);
-        self.node(at, dir, name, &meta, before)
+        }
     }
 
     /// One directory entry `at` whose metadata is `meta` (`dir`: the directory, opened,
@@ -285,34 +279,29 @@ impl<S: Storage> Walker<S> {
         at: &Entry<'_>,
         dir: Option<OpenDir>,
         name: &std::ffi::OsStr,
-        meta: &std::fs::Metadata,
+        meta: &Meta,
         before: Option<&Node>,
     ) -> Result<Option<Node>> {
         let path = at.path;
-        let ft = meta.file_type();
-        let kind = if ft.is_dir() {
-            NodeType::Dir
-        } else if ft.is_file() {
-            NodeType::File
-        } else if ft.is_symlink() {
-            NodeType::Symlink
-        } else if ft.is_char_device() {
-            NodeType::Chardev
-        } else if ft.is_block_device() {
-            NodeType::Blockdev
-        } else if ft.is_fifo() {
-            NodeType::Fifo
-        } else {
-            NodeType::Socket
+        let kind = match meta.kind {
+            FileType::Directory => NodeType::Dir,
+            FileType::RegularFile => NodeType::File,
+            FileType::Symlink => NodeType::Symlink,
+            FileType::CharacterDevice => NodeType::Chardev,
+            FileType::BlockDevice => NodeType::Blockdev,
+            FileType::Fifo => NodeType::Fifo,
+            _ => NodeType::Socket,
         };
         let mut node = node_from_meta(meta, kind);
         node.set_name(name);
         let unchanged = kind == NodeType::File && self.unchanged(&node, meta, before);
         // Read for every entry, unchanged files too: a parent written before xattrs were
-        // recorded, or whose read of them failed, must not pass its lack on.
-        node.xattrs = self.xattrs(at);
+        // recorded, or whose read of them failed, must not pass its lack on. From the
+        // open descriptor where there is one (a lookup through `/proc` costs more than the
+        // call), by name otherwise.
         match kind {
             NodeType::File if unchanged => {
+                node.xattrs = self.xattrs(at, None);
                 let before = before.expect("unchanged has a parent node");
                 node.size = before.size;
                 node.content.clone_from(&before.content);
@@ -327,12 +316,12 @@ impl<S: Storage> Walker<S> {
                         return Ok(None);
                     }
                 };
-                let hint = Some(meta.len());
+                let xattrs = self.xattrs(at, Some(file.as_fd()));
+                let hint = Some(meta.size);
                 match read_checked(&mut file, meta, |f| self.cdc(f, hint)) {
                     Ok(read) => {
                         // The metadata of the version read (the listing's, unless the
                         // file changed and was read again).
-                        let xattrs = node.xattrs.take();
                         node = node_from_meta(&read.meta, NodeType::File);
                         node.set_name(name);
                         node.xattrs = xattrs;
@@ -360,21 +349,28 @@ impl<S: Storage> Walker<S> {
                 let Some(dir) = dir else {
                     return Ok(None);
                 };
+                node.xattrs = self.xattrs(at, Some(dir.fd()));
                 let Some(tree) = self.read_dir(&dir, before)? else {
                     return Ok(None);
                 };
                 node.subtree = Some(self.packer.save_tree(&tree)?);
                 self.summary.dirs += 1;
             }
-            NodeType::Symlink => match rustix::fs::readlinkat(at.dir.fd(), at.name, Vec::new()) {
-                Ok(t) => node.target_hex = Some(hex::encode(t.as_bytes())),
-                Err(e) => {
-                    self.errors.push(format!("{}: {e}", path.display()));
-                    return Ok(None);
+            NodeType::Symlink => {
+                node.xattrs = self.xattrs(at, None);
+                match rustix::fs::readlinkat(at.dir.fd(), at.name, Vec::new()) {
+                    Ok(t) => node.target_hex = Some(hex::encode(t.as_bytes())),
+                    Err(e) => {
+                        self.errors.push(format!("{}: {e}", path.display()));
+                        return Ok(None);
+                    }
                 }
-            },
-            NodeType::Chardev | NodeType::Blockdev => node.rdev = Some(meta.rdev()),
-            NodeType::Fifo | NodeType::Socket => {}
+            }
+            NodeType::Chardev | NodeType::Blockdev => {
+                node.xattrs = self.xattrs(at, None);
+                node.rdev = Some(meta.rdev);
+            }
+            NodeType::Fifo | NodeType::Socket => node.xattrs = self.xattrs(at, None),
         }
         Ok(Some(node))
     }
@@ -384,11 +380,20 @@ impl<S: Storage> Walker<S> {
         report(&self.summary, &self.packer);
     }
 
-    /// The xattrs of the entry `at` for its node (`None` when it has none); a failure to
-    /// read them, or a name that is not UTF-8 (FORMAT.md 8.1), is recorded as an error.
-    fn xattrs(&mut self, at: &Entry<'_>) -> Option<Vec<(String, String)>> {
+    /// The xattrs of the entry `at` for its node (`None` when it has none), read from
+    /// `open` when it is open; a failure to read them, or a name that is not UTF-8
+    /// (FORMAT.md 8.1), is recorded as an error.
+    fn xattrs(
+        &mut self,
+        at: &Entry<'_>,
+        open: Option<BorrowedFd<'_>>,
+    ) -> Option<Vec<(String, String)>> {
         let path = at.path;
-        let attrs = match crate::fsmeta::read_xattrs(&xattr_path(at)) {
+        let read = match open {
+            Some(fd) => crate::fsmeta::read_xattrs(fd),
+            None => crate::fsmeta::read_xattrs(xattr_path(at).as_path()),
+        };
+        let attrs = match read {
             Ok(a) => a,
             Err(e) => {
                 self.errors
@@ -413,12 +418,12 @@ impl<S: Storage> Walker<S> {
     /// Whether a file can keep its parent's content without being read: same size, mtime,
     /// ctime and inode, and every blob still in the index; not flagged as changed while
     /// the parent read it, and recorded long enough after its last change.
-    fn unchanged(&self, node: &Node, meta: &std::fs::Metadata, before: Option<&Node>) -> bool {
+    fn unchanged(&self, node: &Node, meta: &Meta, before: Option<&Node>) -> bool {
         let Some(b) = before else { return false };
         b.kind == Some(NodeType::File)
             && !b.changed_during_backup
             && self.settled(b)
-            && b.size == Some(meta.len())
+            && b.size == Some(meta.size)
             && b.mtime == node.mtime
             && b.ctime == node.ctime
             && b.inode == node.inode
@@ -569,17 +574,17 @@ pub(super) fn report<S: Storage>(s: &Summary, packer: &Packer<S>) {
 }
 
 /// A node of `kind` with the metadata of `meta`.
-pub(super) fn node_from_meta(meta: &std::fs::Metadata, kind: NodeType) -> Node {
+pub(super) fn node_from_meta(meta: &Meta, kind: NodeType) -> Node {
     Node {
         kind: Some(kind),
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        mtime: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        ctime: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-        inode: meta.ino(),
-        dev: meta.dev(),
-        links: meta.nlink(),
+        mode: meta.mode,
+        uid: meta.uid,
+        gid: meta.gid,
+        mtime: meta.mtime_ns,
+        ctime: meta.ctime_ns,
+        inode: meta.ino,
+        dev: meta.dev,
+        links: meta.links,
         ..Node::default()
     }
 }

@@ -139,7 +139,7 @@ fn listing(root: &Path) -> Vec<Entry> {
                 owner: (meta.uid(), meta.gid()),
                 mtime: (meta.mtime(), meta.mtime_nsec()),
                 rdev: meta.rdev(),
-                xattrs: kura_repo::fsmeta::read_xattrs(&p).unwrap(),
+                xattrs: kura_repo::fsmeta::read_xattrs(p.as_path()).unwrap(),
             });
         }
     }
