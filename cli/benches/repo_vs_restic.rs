@@ -46,7 +46,12 @@ fn make_tree(root: &Path, files: usize) {
         if i % 100 == 0 {
             std::fs::create_dir_all(&dir).unwrap();
         }
-        let len = (state % 8192) as usize;
+        // A draw of its own for the size: drawn from the last fill's state, a size of 0
+        // left the state as it was, and every file after the first empty one was empty
+        // too (9,200 of 20,000 before 2026-12-07).
+        let mut size = [0u8; 8];
+        xorshift_fill(&mut size, &mut state);
+        let len = (u64::from_le_bytes(size) % 8192) as usize;
         xorshift_fill(&mut buf[..len], &mut state);
         std::fs::write(dir.join(format!("f{i}")), &buf[..len]).unwrap();
     }

@@ -2,13 +2,14 @@
 //! each file of one chunk is planned by where its blob lies, blobs that lie next to each
 //! other are read with one range GET (a run of up to `FETCH_SPAN` bytes, `FETCH_AHEAD` runs
 //! in flight), and a run's files are written by `WRITERS` blocking tasks. A tree of small
-//! files then costs a GET per run instead of one per file.
+//! files then costs a GET per run instead of one per file. Empty files are written the same
+//! way, with no GET.
 //!
 //! Damage stays per file: a run that cannot be read (one damaged blob fails the whole
 //! GET's check) is restored again one file at a time through [`new_file`], so only the
 //! files whose own blob is damaged fail. Files this plan does not cover (several chunks,
-//! holes, empty, direct I/O sizes, blobs the index does not know) go through [`new_file`]
-//! as before.
+//! holes, direct I/O sizes, blobs the index does not know) go through [`new_file`] as
+//! before.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -68,7 +69,12 @@ pub(super) fn small_files<'a, S: Storage>(
 ) -> impl Stream<Item = Done> + 'a {
     let mut by_blob: HashMap<Id, Vec<File<'a>>> = HashMap::new();
     let mut alone = Vec::new();
+    let mut empty = Vec::new();
     for file in files {
+        if is_empty(file.0) {
+            empty.push(file);
+            continue;
+        }
         match one_blob(file.0).filter(|id| repo.index.get(id).is_some()) {
             Some(id) => by_blob.entry(id).or_default().push(file),
             None => alone.push(file),
@@ -88,12 +94,25 @@ pub(super) fn small_files<'a, S: Storage>(
         runs.push(run);
         i += n;
     }
+    // Empty files need no GET: written as a run of their own, first.
+    let empty = (!empty.is_empty()).then(|| vec![(Bytes::new(), empty)]);
+    let empty = futures::stream::iter(empty)
+        .take_while(move |_| going(stop))
+        .then(move |group| write_files(repo, dir, group))
+        .flat_map(futures::stream::iter);
     let by_run = futures::stream::iter(runs)
         .take_while(move |_| going(stop))
         .map(move |run| one_run(repo, dir, run, stop))
         .buffer_unordered(FETCH_AHEAD)
         .flatten();
-    by_run.chain(one_by_one(repo, dir, alone, stop))
+    empty
+        .chain(by_run)
+        .chain(one_by_one(repo, dir, alone, stop))
+}
+
+/// Whether a file has no content at all (no chunk, size 0).
+fn is_empty(node: &Node) -> bool {
+    matches!(node.content.as_deref(), Some([])) && node.size == Some(0)
 }
 
 fn going(stop: &AtomicBool) -> std::future::Ready<bool> {
@@ -134,30 +153,31 @@ async fn one_run<'a, S: Storage>(
             return Either::Right(one_by_one(repo, dir, files, stop));
         }
     };
-    Either::Left(futures::stream::iter(
-        write_files(repo, dir, run, blobs).await,
-    ))
+    let groups = blobs
+        .into_iter()
+        .zip(run)
+        .map(|(data, (_, files))| (data, files))
+        .collect();
+    Either::Left(futures::stream::iter(write_files(repo, dir, groups).await))
 }
 
-/// Writes the files of a run whose blobs were read, split between `WRITERS` blocking
-/// tasks; the ends in the run's order.
+/// Writes files whose content is read (each group: a blob and the files it is the whole
+/// content of), split between `WRITERS` blocking tasks; the ends in the groups' order.
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
     dir: &OpenDir,
-    run: Vec<(Id, Vec<File<'_>>)>,
-    blobs: Vec<Bytes>,
+    groups: Vec<(Bytes, Vec<File<'_>>)>,
 ) -> Vec<Done> {
     let fd = match dir.fd.try_clone() {
         Ok(fd) => Arc::new(fd),
         Err(e) => {
             let e = RepoError::io(&dir.path, e);
-            return fail_all(run, dir, &e);
+            return fail_all(groups, dir, &e);
         }
     };
-    let jobs: Vec<Job> = blobs
-        .into_iter()
-        .zip(&run)
-        .flat_map(|(data, (_, files))| {
+    let jobs: Vec<Job> = groups
+        .iter()
+        .flat_map(|(data, files)| {
             files.iter().map(move |(node, name, _)| {
                 (
                     data.clone(),
@@ -168,7 +188,7 @@ async fn write_files<S: Storage>(
             })
         })
         .collect();
-    let places: Vec<(PathBuf, String)> = run
+    let places: Vec<(PathBuf, String)> = groups
         .into_iter()
         .flat_map(|(_, files)| {
             files
@@ -225,8 +245,9 @@ fn write_part(dir: &OwnedFd, jobs: Vec<Job>) -> Vec<Result<(u64, Vec<String>)>> 
 }
 
 /// Every file of a run failed by the same cause, before any was written.
-fn fail_all(run: Vec<(Id, Vec<File<'_>>)>, dir: &OpenDir, e: &RepoError) -> Vec<Done> {
-    run.into_iter()
+fn fail_all(groups: Vec<(Bytes, Vec<File<'_>>)>, dir: &OpenDir, e: &RepoError) -> Vec<Done> {
+    groups
+        .into_iter()
         .flat_map(|(_, files)| files)
         .map(|(_, name, rel)| {
             let path = dir.display(&name);
