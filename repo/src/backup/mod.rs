@@ -4,6 +4,7 @@
 //!
 //! - `walk.rs`: the sources and directory trees, each entry's metadata and xattrs;
 //! - `command.rs`: the command whose output a `Source::Command` stores, and its exit;
+//! - `meta.rs`: an entry's metadata from one `statx` by its name in its open directory;
 //! - `read.rs`: opening a listed file safely (the file listed, not what replaced it);
 //! - `block.rs`: a device or image in fixed blocks, only those that can hold something
 //!   new (holes, `--allocated`, `--changed`), read ahead of the hashing;
