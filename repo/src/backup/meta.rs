@@ -37,12 +37,9 @@ impl Meta {
     /// # Errors
     /// Any failure to look the name up.
     pub(super) fn at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Self> {
-        match rustix::fs::statx(
-            dir,
-            name,
-            AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::BASIC_STATS,
-        ) {
+        // As `lstat`, which never triggers an automount; `statx` does unless told not to.
+        let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT;
+        match rustix::fs::statx(dir, name, flags, StatxFlags::BASIC_STATS) {
             Ok(st) => Ok(Self::from_statx(&st)),
             // No statx (before Linux 4.11, or a seccomp filter that refuses it).
             Err(Errno::NOSYS | Errno::PERM) => {
