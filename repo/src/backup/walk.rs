@@ -298,10 +298,13 @@ impl<S: Storage> Walker<S> {
         // Read for every entry, unchanged files too: a parent written before xattrs were
         // recorded, or whose read of them failed, must not pass its lack on. From the
         // open descriptor where there is one (a lookup through `/proc` costs more than the
-        // call), by name otherwise.
+        // call): a file read and a directory, below; by name for the rest.
+        let opened = kind == NodeType::Dir || (kind == NodeType::File && !unchanged);
+        if !opened {
+            node.xattrs = self.xattrs(at, None);
+        }
         match kind {
             NodeType::File if unchanged => {
-                node.xattrs = self.xattrs(at, None);
                 let before = before.expect("unchanged has a parent node");
                 node.size = before.size;
                 node.content.clone_from(&before.content);
@@ -356,21 +359,15 @@ impl<S: Storage> Walker<S> {
                 node.subtree = Some(self.packer.save_tree(&tree)?);
                 self.summary.dirs += 1;
             }
-            NodeType::Symlink => {
-                node.xattrs = self.xattrs(at, None);
-                match rustix::fs::readlinkat(at.dir.fd(), at.name, Vec::new()) {
-                    Ok(t) => node.target_hex = Some(hex::encode(t.as_bytes())),
-                    Err(e) => {
-                        self.errors.push(format!("{}: {e}", path.display()));
-                        return Ok(None);
-                    }
+            NodeType::Symlink => match rustix::fs::readlinkat(at.dir.fd(), at.name, Vec::new()) {
+                Ok(t) => node.target_hex = Some(hex::encode(t.as_bytes())),
+                Err(e) => {
+                    self.errors.push(format!("{}: {e}", path.display()));
+                    return Ok(None);
                 }
-            }
-            NodeType::Chardev | NodeType::Blockdev => {
-                node.xattrs = self.xattrs(at, None);
-                node.rdev = Some(meta.rdev);
-            }
-            NodeType::Fifo | NodeType::Socket => node.xattrs = self.xattrs(at, None),
+            },
+            NodeType::Chardev | NodeType::Blockdev => node.rdev = Some(meta.rdev),
+            NodeType::Fifo | NodeType::Socket => {}
         }
         Ok(Some(node))
     }
