@@ -1,26 +1,32 @@
-//! A directory's small files restored together, pack by pack, as restic's restorer does:
-//! each file of one chunk is planned by where its blob lies, blobs that lie next to each
-//! other are read with one range GET (a run of up to `FETCH_SPAN` bytes, `FETCH_AHEAD` runs
-//! in flight), and a run's files are written by `WRITERS` blocking tasks. A tree of small
-//! files then costs a GET per run instead of one per file. Empty files are written the same
-//! way, with no GET.
+//! The small files of a whole restore written together, pack by pack, as restic's
+//! restorer does: the walk (`tree.rs`) queues every file of one chunk as it comes to it,
+//! in whatever directory; each batch taken from the queue is planned by where its blobs
+//! lie, blobs that lie next to each other are read with one range GET (a run of up to
+//! `FETCH_SPAN` bytes, `FETCH_AHEAD` runs in flight), and a run's files are written by
+//! `WRITERS` blocking tasks. A tree of small files then costs a GET per run instead of
+//! one per file, and the files of one directory are written while the next directories'
+//! are fetched. Empty files are written the same way, with no GET.
+//!
+//! A directory is written into from here and from the walk at once, so it takes its
+//! metadata (its mtime changes with every file made in it) only once both are done with
+//! it: [`Dir`] counts its files still queued or in flight.
 //!
 //! Damage stays per file: a run that cannot be read (one damaged blob fails the whole
 //! GET's check) is restored again one file at a time through [`new_file`], so only the
-//! files whose own blob is damaged fail. Files this plan does not cover (several chunks,
-//! holes, direct I/O sizes, blobs the index does not know) go through [`new_file`] as
-//! before.
+//! files whose own blob is damaged fail. Files this plan does not cover (holes, direct
+//! I/O sizes, blobs the index does not know) go through [`new_file`] too.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::fd::AsFd as _;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::future::Either;
 use futures::{Stream, StreamExt as _};
+use tokio::sync::mpsc;
 
 use super::direct::DIRECT_MIN;
 use super::fetch::{FETCH_AHEAD, FETCH_SPAN};
@@ -35,19 +41,108 @@ use crate::tree::{Content, Node};
 /// Files that are not planned by pack (see the module doc) restored at once.
 pub const SMALL_FILES_AT_ONCE: usize = 16;
 
-/// A file to restore: its node, its name in the directory, and its path relative to the
-/// target (for the summary).
-pub(super) type File<'a> = (&'a Node, OsString, String);
+/// Files the walk may queue ahead of the writers: it waits when they are this far behind,
+/// so memory holds this many nodes at most, not a tree's worth.
+pub const FILES_QUEUED: usize = 1024;
 
-/// How one file ended: bytes written and metadata not applied, or why it failed; with its
-/// path (for messages) and its path relative to the target.
-pub(super) type Done = (Result<(u64, Vec<String>)>, PathBuf, String);
-
-/// One file to write: its whole content (a blob), its node, its name and its path.
-type Job = (Bytes, Node, OsString, PathBuf);
+/// At most this many files, or files of `FETCH_SPAN` bytes together, are planned as one
+/// batch.
+const BATCH_FILES: usize = 512;
 
 /// Blocking tasks that write a run's files.
 const WRITERS: usize = 4;
+
+/// A directory the walk entered, shared with the files queued for it.
+pub(super) struct Dir {
+    pub(super) open: OpenDir,
+    state: Mutex<DirState>,
+}
+
+#[derive(Default)]
+struct DirState {
+    /// Its files queued or being written.
+    files: usize,
+    /// Set when the walk has left it: the metadata the last file applies.
+    left: Option<(Node, String)>,
+}
+
+impl Dir {
+    pub(super) fn new(open: OpenDir) -> Arc<Self> {
+        Arc::new(Self {
+            open,
+            state: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, DirState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One of its files is queued.
+    pub(super) fn file_queued(&self) {
+        self.state().files += 1;
+    }
+
+    /// One of its files is done: its metadata to apply now, when that was the last file
+    /// and the walk has left the directory.
+    pub(super) fn file_done(&self) -> Option<(Node, String)> {
+        let mut state = self.state();
+        state.files -= 1;
+        if state.files == 0 {
+            state.left.take()
+        } else {
+            None
+        }
+    }
+
+    /// The walk has left it, which `node` (its path relative to the target `rel`)
+    /// describes: returns that to apply now when none of its files is left, or keeps it
+    /// for the last one.
+    pub(super) fn walk_left(&self, node: &Node, rel: &str) -> Option<(Node, String)> {
+        let mut state = self.state();
+        if state.files == 0 {
+            Some((node.clone(), rel.to_owned()))
+        } else {
+            state.left = Some((node.clone(), rel.to_owned()));
+            None
+        }
+    }
+}
+
+/// A file to restore: its node, its name in its directory, its path relative to the
+/// target (for the summary), and the directory.
+pub(super) struct File {
+    pub(super) node: Node,
+    pub(super) name: OsString,
+    pub(super) rel: String,
+    pub(super) dir: Arc<Dir>,
+}
+
+/// How one file ended: bytes written and metadata not applied, or why it failed; with its
+/// path (for messages), its path relative to the target, and its directory.
+pub(super) struct Done {
+    pub(super) result: Result<(u64, Vec<String>)>,
+    pub(super) path: PathBuf,
+    pub(super) rel: String,
+    pub(super) dir: Arc<Dir>,
+}
+
+impl Done {
+    fn of(file: File, result: Result<(u64, Vec<String>)>) -> Self {
+        Self {
+            path: file.dir.open.display(&file.name),
+            result,
+            rel: file.rel,
+            dir: file.dir,
+        }
+    }
+}
+
+/// Whether a file goes to the queue ([`small_files`]): of one chunk at most, and not of
+/// a size that goes through direct I/O.
+pub(super) fn is_small(node: &Node) -> bool {
+    node.content.as_ref().is_none_or(|c| c.len() <= 1)
+}
 
 /// The blob holding all of a file's content, when the file is one chunk that a run can
 /// carry (not a size that goes through direct I/O).
@@ -58,143 +153,164 @@ fn one_blob(node: &Node) -> Option<Id> {
     }
 }
 
-/// Restores `files` (of the open directory `dir`), yielding each file's end as it comes.
-/// No further run or file is started once `stop` is set; those in flight finish (each
-/// file either completes or removes itself).
-pub(super) fn small_files<'a, S: Storage>(
-    repo: &'a Repository<S>,
-    dir: &'a OpenDir,
-    files: Vec<File<'a>>,
-    stop: &'a AtomicBool,
-) -> impl Stream<Item = Done> + 'a {
-    let mut by_blob: HashMap<Id, Vec<File<'a>>> = HashMap::new();
-    let mut alone = Vec::new();
-    let mut empty = Vec::new();
-    for file in files {
-        if is_empty(file.0) {
-            empty.push(file);
-            continue;
-        }
-        match one_blob(file.0).filter(|id| repo.index.get(id).is_some()) {
-            Some(id) => by_blob.entry(id).or_default().push(file),
-            None => alone.push(file),
-        }
-    }
-    // Where each blob lies, so that neighbours in a pack become one run.
-    let mut ids: Vec<Id> = by_blob.keys().copied().collect();
-    ids.sort_by_key(|id| repo.index.get(id).map(|l| (l.pack, l.offset)));
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let n = repo.run_of(&ids[i..], FETCH_SPAN).max(1);
-        let run: Vec<(Id, Vec<File<'a>>)> = ids[i..i + n]
-            .iter()
-            .map(|id| (*id, by_blob.remove(id).unwrap_or_default()))
-            .collect();
-        runs.push(run);
-        i += n;
-    }
-    // Empty files need no GET: written as a run of their own, first.
-    let empty = (!empty.is_empty()).then(|| vec![(Bytes::new(), empty)]);
-    let empty = futures::stream::iter(empty)
-        .take_while(move |_| going(stop))
-        .then(move |group| write_files(repo, dir, group))
-        .flat_map(futures::stream::iter);
-    let by_run = futures::stream::iter(runs)
-        .take_while(move |_| going(stop))
-        .map(move |run| one_run(repo, dir, run, stop))
-        .buffer_unordered(FETCH_AHEAD)
-        .flatten();
-    empty
-        .chain(by_run)
-        .chain(one_by_one(repo, dir, alone, stop))
-}
-
 /// Whether a file has no content at all (no chunk, size 0).
 fn is_empty(node: &Node) -> bool {
     matches!(node.content.as_deref(), Some([])) && node.size == Some(0)
 }
 
-fn going(stop: &AtomicBool) -> std::future::Ready<bool> {
-    std::future::ready(!stop.load(Ordering::Relaxed))
+/// One piece of work planned from a batch.
+enum Job {
+    /// Blobs next to each other in a pack, and the files each is the whole content of.
+    Run(Vec<(Id, Vec<File>)>),
+    /// Empty files.
+    Empty(Vec<File>),
+    /// Files restored each by itself.
+    Alone(Vec<File>),
 }
 
-/// Files restored each by itself ([`new_file`] reads its own content), several at once.
+/// Restores the files queued on `queue`, yielding each file's end as it comes, until the
+/// queue is closed. No further run or file is started once `stop` is set; those in
+/// flight finish (each file either completes or removes itself).
+pub(super) fn small_files<'a, S: Storage>(
+    repo: &'a Repository<S>,
+    queue: mpsc::Receiver<File>,
+    stop: &'a AtomicBool,
+) -> impl Stream<Item = Done> + 'a {
+    futures::stream::unfold(queue, |mut queue| async move {
+        let batch = next_batch(&mut queue).await?;
+        Some((batch, queue))
+    })
+    .flat_map(move |batch| futures::stream::iter(plan(repo, batch)))
+    .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
+    .map(move |job| run_job(repo, job, stop))
+    .buffer_unordered(FETCH_AHEAD)
+    .flatten()
+}
+
+/// The files queued now (waiting for one when none is), up to a batch's worth: the walk
+/// is not waited on when the writers could be busy.
+async fn next_batch(queue: &mut mpsc::Receiver<File>) -> Option<Vec<File>> {
+    let first = queue.recv().await?;
+    let mut bytes = first.node.size.unwrap_or(0);
+    let mut batch = vec![first];
+    while batch.len() < BATCH_FILES && bytes < FETCH_SPAN {
+        match queue.try_recv() {
+            Ok(file) => {
+                bytes += file.node.size.unwrap_or(0);
+                batch.push(file);
+            }
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// A batch's files planned: empty ones first, then runs of blobs in pack order, then the
+/// files that go each by itself.
+fn plan<S: Storage>(repo: &Repository<S>, files: Vec<File>) -> Vec<Job> {
+    let mut by_blob: HashMap<Id, Vec<File>> = HashMap::new();
+    let mut alone = Vec::new();
+    let mut empty = Vec::new();
+    for file in files {
+        if is_empty(&file.node) {
+            empty.push(file);
+            continue;
+        }
+        match one_blob(&file.node).filter(|id| repo.index.get(id).is_some()) {
+            Some(id) => by_blob.entry(id).or_default().push(file),
+            None => alone.push(file),
+        }
+    }
+    let mut jobs = Vec::new();
+    if !empty.is_empty() {
+        jobs.push(Job::Empty(empty));
+    }
+    // Where each blob lies, so that neighbours in a pack become one run.
+    let mut ids: Vec<Id> = by_blob.keys().copied().collect();
+    ids.sort_by_key(|id| repo.index.get(id).map(|l| (l.pack, l.offset)));
+    let mut i = 0;
+    while i < ids.len() {
+        let n = repo.run_of(&ids[i..], FETCH_SPAN).max(1);
+        let run = ids[i..i + n]
+            .iter()
+            .map(|id| (*id, by_blob.remove(id).unwrap_or_default()))
+            .collect();
+        jobs.push(Job::Run(run));
+        i += n;
+    }
+    if !alone.is_empty() {
+        jobs.push(Job::Alone(alone));
+    }
+    jobs
+}
+
+/// Does one job; its files' ends as a stream.
+async fn run_job<'a, S: Storage>(
+    repo: &'a Repository<S>,
+    job: Job,
+    stop: &'a AtomicBool,
+) -> Either<futures::stream::Iter<std::vec::IntoIter<Done>>, impl Stream<Item = Done> + 'a> {
+    let files = match job {
+        Job::Empty(files) => {
+            let ends = write_files(repo, vec![(Bytes::new(), files)]).await;
+            return Either::Left(futures::stream::iter(ends));
+        }
+        Job::Run(run) => match one_run(repo, run).await {
+            Ok(ends) => return Either::Left(futures::stream::iter(ends)),
+            Err(files) => files,
+        },
+        Job::Alone(files) => files,
+    };
+    Either::Right(one_by_one(repo, files, stop))
+}
+
+/// Files restored each by itself ([`new_file`] reads its own content), several at once,
+/// as they are taken from the stream (so that a restore that gives up starts no more).
 fn one_by_one<'a, S: Storage>(
     repo: &'a Repository<S>,
-    dir: &'a OpenDir,
-    files: Vec<File<'a>>,
+    files: Vec<File>,
     stop: &'a AtomicBool,
 ) -> impl Stream<Item = Done> + 'a {
     futures::stream::iter(files)
-        .take_while(move |_| going(stop))
-        .map(move |(node, name, rel)| async move {
-            let path = dir.display(&name);
-            let n = new_file(repo, node, dir.fd(), &name, &path).await;
-            (n, path, rel)
+        .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
+        .map(move |file| async move {
+            let path = file.dir.open.display(&file.name);
+            let n = new_file(repo, &file.node, file.dir.open.fd(), &file.name, &path).await;
+            Done::of(file, n)
         })
         .buffer_unordered(SMALL_FILES_AT_ONCE)
 }
 
 /// Reads one run's blobs with one GET and writes their files; when the run cannot be
-/// read, its files are restored each by itself instead, as they are taken from the
-/// stream (so that a restore that gives up starts none of them).
-async fn one_run<'a, S: Storage>(
-    repo: &'a Repository<S>,
-    dir: &'a OpenDir,
-    run: Vec<(Id, Vec<File<'a>>)>,
-    stop: &'a AtomicBool,
-) -> Either<futures::stream::Iter<std::vec::IntoIter<Done>>, impl Stream<Item = Done> + 'a> {
+/// read, returns its files, to be restored each by itself.
+async fn one_run<S: Storage>(
+    repo: &Repository<S>,
+    run: Vec<(Id, Vec<File>)>,
+) -> std::result::Result<Vec<Done>, Vec<File>> {
     let ids: Vec<Id> = run.iter().map(|(id, _)| *id).collect();
     let blobs = match repo.read_run(&ids).await {
         Ok(blobs) if blobs.len() == ids.len() => blobs,
-        _ => {
-            let files = run.into_iter().flat_map(|(_, files)| files).collect();
-            return Either::Right(one_by_one(repo, dir, files, stop));
-        }
+        _ => return Err(run.into_iter().flat_map(|(_, files)| files).collect()),
     };
     let groups = blobs
         .into_iter()
         .zip(run)
         .map(|(data, (_, files))| (data, files))
         .collect();
-    Either::Left(futures::stream::iter(write_files(repo, dir, groups).await))
+    Ok(write_files(repo, groups).await)
 }
 
 /// Writes files whose content is read (each group: a blob and the files it is the whole
-/// content of), split between `WRITERS` blocking tasks; the ends in the groups' order.
+/// content of), split between `WRITERS` blocking tasks in their order (so that one
+/// directory's files mostly go to one task, not to several contending for its lock); the
+/// ends in the same order.
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
-    dir: &OpenDir,
-    groups: Vec<(Bytes, Vec<File<'_>>)>,
+    groups: Vec<(Bytes, Vec<File>)>,
 ) -> Vec<Done> {
-    let fd = match dir.fd.try_clone() {
-        Ok(fd) => Arc::new(fd),
-        Err(e) => {
-            let e = RepoError::io(&dir.path, e);
-            return fail_all(groups, dir, &e);
-        }
-    };
-    let jobs: Vec<Job> = groups
-        .iter()
-        .flat_map(|(data, files)| {
-            files.iter().map(move |(node, name, _)| {
-                (
-                    data.clone(),
-                    (*node).clone(),
-                    name.clone(),
-                    dir.display(name),
-                )
-            })
-        })
-        .collect();
-    let places: Vec<(PathBuf, String)> = groups
+    let jobs: Vec<(Bytes, File)> = groups
         .into_iter()
-        .flat_map(|(_, files)| {
-            files
-                .into_iter()
-                .map(|(_, name, rel)| (dir.display(&name), rel))
-        })
+        .flat_map(|(data, files)| files.into_iter().map(move |file| (data.clone(), file)))
         .collect();
     // A file costs several system calls (create, write, owner, mode, times, rename) and
     // little else: a run's files are split between a few blocking tasks.
@@ -202,35 +318,36 @@ async fn write_files<S: Storage>(
     let mut jobs = jobs.into_iter();
     let mut tasks = Vec::new();
     loop {
-        let part: Vec<Job> = jobs.by_ref().take(per_task).collect();
+        let part: Vec<(Bytes, File)> = jobs.by_ref().take(per_task).collect();
         if part.is_empty() {
             break;
         }
-        let fd = fd.clone();
-        tasks.push(tokio::task::spawn_blocking(move || write_part(&fd, part)));
+        // Kept to list the files as failed if the task is lost (a panic).
+        let places: Vec<_> = part
+            .iter()
+            .map(|(_, f)| (f.dir.open.display(&f.name), f.rel.clone(), f.dir.clone()))
+            .collect();
+        tasks.push((
+            tokio::task::spawn_blocking(move || write_part(part)),
+            places,
+        ));
     }
-    let mut ends = Vec::with_capacity(places.len());
-    for (task, places) in futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .zip(places.chunks(per_task))
-    {
-        match task {
+    let mut ends = Vec::new();
+    for (task, places) in tasks {
+        match task.await {
             Ok(part) => {
-                for (n, (path, rel)) in part.into_iter().zip(places) {
-                    if let Ok((bytes, _)) = &n {
+                for done in part {
+                    if let Ok((bytes, _)) = &done.result {
                         repo.progress.add_bytes(*bytes);
                     }
-                    ends.push((n, path.clone(), rel.clone()));
+                    ends.push(done);
                 }
             }
-            // The task was lost (a panic): its files are listed as failed.
-            Err(e) => ends.extend(places.iter().map(|(path, rel)| {
-                (
-                    Err(RepoError::task("write task", &e)),
-                    path.clone(),
-                    rel.clone(),
-                )
+            Err(e) => ends.extend(places.into_iter().map(|(path, rel, dir)| Done {
+                result: Err(RepoError::task("write task", &e)),
+                path,
+                rel,
+                dir,
             })),
         }
     }
@@ -238,21 +355,18 @@ async fn write_files<S: Storage>(
 }
 
 /// Writes each file from its blob, in order; the ends in the same order.
-fn write_part(dir: &OwnedFd, jobs: Vec<Job>) -> Vec<Result<(u64, Vec<String>)>> {
+fn write_part(jobs: Vec<(Bytes, File)>) -> Vec<Done> {
     jobs.into_iter()
-        .map(|(data, node, name, path)| place_file(&node, dir.as_fd(), &name, &path, &data))
-        .collect()
-}
-
-/// Every file of a run failed by the same cause, before any was written.
-fn fail_all(groups: Vec<(Bytes, Vec<File<'_>>)>, dir: &OpenDir, e: &RepoError) -> Vec<Done> {
-    groups
-        .into_iter()
-        .flat_map(|(_, files)| files)
-        .map(|(_, name, rel)| {
-            let path = dir.display(&name);
-            let e = RepoError::io(&path, std::io::Error::other(e.to_string()));
-            (Err(e), path, rel)
+        .map(|(data, file)| {
+            let path = file.dir.open.display(&file.name);
+            let n = place_file(
+                &file.node,
+                file.dir.open.fd.as_fd(),
+                &file.name,
+                &path,
+                &data,
+            );
+            Done::of(file, n)
         })
         .collect()
 }

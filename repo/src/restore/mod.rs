@@ -3,8 +3,11 @@
 //!
 //! - `tree.rs`: walks a snapshot's trees onto a directory (selection, hard links, special
 //!   files, metadata, failures and when to give up);
-//! - `batch.rs`: a directory's small files together, their blobs read pack by pack in
-//!   runs (one range GET for many files);
+//! - `batch.rs`: the small files of a whole restore, queued by the walk, written
+//!   together while it goes on, their blobs read pack by pack in runs (one range GET for
+//!   many files, of many directories);
+//! - `tally.rs`: what a restore wrote and what failed, for the walk and `batch.rs` at
+//!   once, and when to give up;
 //! - `changed.rs`: an image onto a target that holds an older one, only the blocks that
 //!   differ;
 //! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
@@ -21,6 +24,7 @@ mod batch;
 mod changed;
 mod direct;
 mod fetch;
+mod tally;
 mod target;
 mod tree;
 mod write;
@@ -58,7 +62,7 @@ pub async fn restore<S: Storage>(
 ) -> Result<RestoreSummary> {
     std::fs::create_dir_all(target).map_err(|e| RepoError::io(target, e))?;
     let tree = repo.read_tree(root).await?;
-    tree::Restorer::new(repo, include).run(tree, target).await
+    tree::restore_tree(repo, include, tree, target).await
 }
 
 /// Writes the content of a file node to `out` (for `kura restore SNAP -`).

@@ -7,21 +7,24 @@
 //! is inside it does not send the rest of the restore, or a directory's metadata, outside
 //! the target.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use futures::StreamExt as _;
 use rustix::fs::AtFlags;
 
+use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::fetch::{TREES_AHEAD, Task, tree_ahead, tree_read};
+use super::tally::Tally;
 use super::write::{new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
 use crate::include::Include;
 use crate::repository::Repository;
-use crate::storage::{FileType, Storage};
+use crate::storage::Storage;
 use crate::tree::{Node, NodeType, Tree};
 
 /// Counts of what a restore wrote.
@@ -54,63 +57,83 @@ pub struct RestoreSummary {
 /// when that GET fails as well, which is an outage, and otherwise goes on.
 pub const FAILURES_IN_A_ROW: usize = 16;
 
-/// One restore onto a directory: what it has written so far, and its run of failures.
-pub(super) struct Restorer<'a, S: Storage> {
+/// Restores the root tree `tree` into `target` (which exists): the walk below makes
+/// directories, links and special files and writes large files, while the small files it
+/// queues are written by `batch.rs` at the same time.
+pub(super) async fn restore_tree<S: Storage>(
+    repo: &Repository<S>,
+    include: &Include,
+    tree: Tree,
+    target: &Path,
+) -> Result<RestoreSummary> {
+    let top = OpenDir::top(target).map_err(|e| RepoError::io(target, e))?;
+    // The same directory, not the path opened again (it may name another by now).
+    let fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
+    let root = OpenDir {
+        fd,
+        path: top.path.clone(),
+    };
+    let tally = Tally::new(repo);
+    let (queue, queued) = tokio::sync::mpsc::channel(FILES_QUEUED);
+    let walk = async {
+        let mut restorer = Restorer {
+            repo,
+            include,
+            links: HashMap::new(),
+            root,
+            tally: &tally,
+            queue,
+        };
+        if let Err(e) = restorer.dir(tree, &Dir::new(top), "", false).await {
+            tally.give_up(e);
+        }
+        // The queue closes with the restorer: the writers finish what is queued.
+    };
+    let write = async {
+        let mut done = std::pin::pin!(super::batch::small_files(repo, queued, &tally.stop));
+        while let Some(done) = done.next().await {
+            tally.queued_done(done).await;
+        }
+    };
+    // Boxed: the walk's state is large, and a caller's future need not hold it.
+    futures::join!(Box::pin(walk), Box::pin(write));
+    tally.finish()
+}
+
+/// The walk of one restore onto a directory.
+struct Restorer<'a, S: Storage> {
     repo: &'a Repository<S>,
     include: &'a Include,
     /// (dev, inode) of multiply-linked files already restored, and where: the directory
     /// relative to the target, and the name.
     links: HashMap<(u64, u64), (PathBuf, OsString)>,
-    /// The target's top directory, open while the restore runs.
-    root: Option<OpenDir>,
-    /// Files whose content failed: their further hard-link names cannot be made.
-    failed_files: HashSet<PathBuf>,
-    summary: RestoreSummary,
-    /// Entries failed since the last one restored.
-    in_a_row: usize,
-    /// How many of those, the last ones, were errors of the target itself.
-    target_in_a_row: usize,
+    /// The target's top directory.
+    root: OpenDir,
+    tally: &'a Tally<'a, S>,
+    /// Small files for `batch.rs`.
+    queue: tokio::sync::mpsc::Sender<File>,
 }
 
-impl<'a, S: Storage> Restorer<'a, S> {
-    /// A restore of the entries `include` selects, nothing written yet.
-    pub(super) fn new(repo: &'a Repository<S>, include: &'a Include) -> Self {
-        Self {
-            repo,
-            include,
-            links: HashMap::new(),
-            root: None,
-            failed_files: HashSet::new(),
-            summary: RestoreSummary::default(),
-            in_a_row: 0,
-            target_in_a_row: 0,
-        }
-    }
+/// What the walk returns when the writers gave up (their reason is the restore's error).
+fn gave_up() -> RepoError {
+    RepoError::Invalid("the restore gave up".into())
+}
 
-    /// Restores the root tree `tree` into `target` (which exists).
-    pub(super) async fn run(mut self, tree: Tree, target: &Path) -> Result<RestoreSummary> {
-        let top = OpenDir::top(target).map_err(|e| RepoError::io(target, e))?;
-        // The same directory, not the path opened again (it may name another by now).
-        let fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
-        self.root = Some(OpenDir {
-            fd,
-            path: top.path.clone(),
-        });
-        self.dir(tree, &top, "", false).await?;
-        Ok(self.summary)
-    }
-
+impl<S: Storage> Restorer<'_, S> {
     /// Restores the entries of one directory: all of them when `inside` (the directory
     /// itself was selected), else those `include` selects. Returns whether it wrote any.
-    /// An error is an abort ([`Restorer::failed`]); entries that fail are listed.
-    async fn dir(&mut self, tree: Tree, dir: &OpenDir, rel: &str, inside: bool) -> Result<bool> {
+    /// An error is an abort ([`Tally::failed`]); entries that fail are listed.
+    async fn dir(&mut self, tree: Tree, dir: &Arc<Dir>, rel: &str, inside: bool) -> Result<bool> {
+        if self.tally.stopped() {
+            return Err(gave_up());
+        }
         let mut wrote = false;
         if let Err(why) = tree.check_names() {
             let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
-            self.failed(rel, e).await?;
+            self.tally.failed(rel, e).await?;
             return Ok(false);
         }
-        // Directories are recursed into after this directory's files are written, and get
+        // Directories are recursed into after this directory's files are queued, and get
         // their metadata last (writing into a directory changes its mtime).
         let mut subdirs = Vec::new();
         let mut small = Vec::new();
@@ -143,18 +166,18 @@ impl<'a, S: Storage> Restorer<'a, S> {
                             links.push((first.clone(), name, rel));
                             continue;
                         }
-                        let here = self.relative(dir);
+                        let here = self.relative(&dir.open);
                         self.links.insert(key, (here, name.clone()));
                     }
-                    if node.content.as_ref().is_some_and(|c| c.len() > 1) {
-                        large.push((node, name, rel));
-                    } else {
+                    if is_small(node) {
                         small.push((node, name, rel));
+                    } else {
+                        large.push((node, name, rel));
                     }
                 }
-                _ => match self.link_or_special(node, dir, &name, &rel) {
-                    Ok(()) => self.succeeded(),
-                    Err(e) => self.failed(&rel, e).await?,
+                _ => match self.link_or_special(node, &dir.open, &name, &rel) {
+                    Ok(()) => self.tally.succeeded(),
+                    Err(e) => self.tally.failed(&rel, e).await?,
                 },
             }
         }
@@ -178,97 +201,127 @@ impl<'a, S: Storage> Restorer<'a, S> {
         for (node, name, rel, matched) in subdirs {
             let tree = ahead.pop_front().flatten();
             read_ahead(&mut ahead);
-            // A directory entered only because a pattern may match below it is removed
-            // again when nothing did (unless it was there before), and a symlink that stood
-            // in its place is put back.
-            let (link, existed, tree, sub) = match self.enter(tree, dir, &name).await {
-                Ok(entered) => entered,
-                Err(e) => {
-                    self.failed(&rel, e).await?;
-                    continue;
-                }
-            };
-            let below = match tree {
-                Some(tree) => Box::pin(self.dir(tree, &sub, &rel, matched)).await?,
-                None => false,
-            };
-            if matched || below {
-                wrote = true;
-                self.summary.dirs += 1;
-                // Through the directory's descriptor: its name may be a symlink by now.
-                let failed = crate::fsmeta::apply_fd(sub.fd(), node);
-                self.meta_failed(failed, &rel);
-            } else if !existed {
-                drop(sub);
-                let _ = rustix::fs::unlinkat(dir.fd(), &name, AtFlags::REMOVEDIR);
-                if let Some(target) = link
-                    && let Err(e) = rustix::fs::symlinkat(&target, dir.fd(), &name)
-                {
-                    let e = RepoError::io(&dir.display(&name), e.into());
-                    self.failed(&format!("{rel} (the symlink that was there)"), e)
-                        .await?;
-                }
-            }
+            wrote |= self.subdir(dir, tree, node, &name, &rel, matched).await?;
         }
         Ok(wrote)
     }
 
-    /// Writes a directory's regular files: those of at most one chunk together, pack by
-    /// pack (`batch.rs`: a tree of small files would otherwise wait on one round trip per
-    /// file); larger ones one at a time, with `FETCH_AHEAD` runs of chunks in flight; then
-    /// the further names of hard-linked files. Memory: `FETCH_AHEAD * FETCH_SPAN` bytes, and
-    /// `SMALL_FILES_AT_ONCE` chunks, at most.
+    /// Restores the subdirectory `node` (`name` in `dir`, `rel` from the target; all of it
+    /// when `matched`) from its tree, being read by `tree`. Returns whether it wrote any.
+    async fn subdir(
+        &mut self,
+        dir: &Arc<Dir>,
+        tree: Option<Task<Result<Tree>>>,
+        node: &Node,
+        name: &OsStr,
+        rel: &str,
+        matched: bool,
+    ) -> Result<bool> {
+        // A directory entered only because a pattern may match below it is removed again
+        // when nothing did (unless it was there before), and a symlink that stood in its
+        // place is put back.
+        let (link, existed, tree, sub) = match self.enter(tree, &dir.open, name).await {
+            Ok(entered) => entered,
+            Err(e) => {
+                self.tally.failed(rel, e).await?;
+                return Ok(false);
+            }
+        };
+        let sub = Dir::new(sub);
+        let below = match tree {
+            Some(tree) => Box::pin(self.dir(tree, &sub, rel, matched)).await?,
+            None => false,
+        };
+        if matched || below {
+            self.tally.summary(|s| s.dirs += 1);
+            // Through the directory's descriptor (its name may be a symlink by now), once
+            // the last of its files queued is written.
+            if let Some((node, rel)) = sub.walk_left(node, rel) {
+                let failed = crate::fsmeta::apply_fd(sub.open.fd(), &node);
+                self.tally.meta_failed(failed, &rel);
+            }
+            return Ok(true);
+        }
+        if !existed {
+            // Nothing was queued for it: no file below was selected.
+            drop(sub);
+            let _ = rustix::fs::unlinkat(dir.open.fd(), name, AtFlags::REMOVEDIR);
+            if let Some(target) = link
+                && let Err(e) = rustix::fs::symlinkat(&target, dir.open.fd(), name)
+            {
+                let e = RepoError::io(&dir.open.display(name), e.into());
+                self.tally
+                    .failed(&format!("{rel} (the symlink that was there)"), e)
+                    .await?;
+            }
+        }
+        Ok(false)
+    }
+
+    /// Writes a directory's regular files: those of at most one chunk are queued for
+    /// `batch.rs` (a tree of small files would otherwise wait on one round trip per
+    /// file); larger ones one at a time here, with `FETCH_AHEAD` runs of chunks in flight;
+    /// then the further names of hard-linked files, once every file queued is written.
+    /// Memory: `FETCH_AHEAD * FETCH_SPAN` bytes here and as much in `batch.rs`, and
+    /// `FILES_QUEUED` nodes, at most.
     async fn write_files(
         &mut self,
-        dir: &OpenDir,
+        dir: &Arc<Dir>,
         small: Vec<(&Node, OsString, String)>,
         large: Vec<(&Node, OsString, String)>,
         links: Vec<((PathBuf, OsString), OsString, String)>,
     ) -> Result<()> {
+        for (node, name, rel) in small {
+            if self.tally.stopped() {
+                return Err(gave_up());
+            }
+            dir.file_queued();
+            self.tally.queued();
+            let file = File {
+                node: node.clone(),
+                name,
+                rel,
+                dir: dir.clone(),
+            };
+            if self.queue.send(file).await.is_err() {
+                return Err(gave_up());
+            }
+        }
         let repo = self.repo;
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let mut done = Box::pin(super::batch::small_files(repo, dir, small, &stop));
-        // Giving up starts no further file and waits for those in flight: each either
-        // finishes or removes itself, so none is left with part of its content.
-        let mut gave_up = None;
-        while let Some((n, path, rel)) = done.next().await {
-            match n {
-                Ok(n) => self.file_done(n, &rel),
-                Err(e) if gave_up.is_none() => {
-                    gave_up = self.file_failed(path, &rel, e).await.err();
-                    stop.store(gave_up.is_some(), std::sync::atomic::Ordering::Relaxed);
-                }
-                Err(_) => {}
-            }
-        }
-        drop(done);
-        if let Some(e) = gave_up {
-            return Err(e);
-        }
         for (node, name, rel) in large {
-            let path = dir.display(&name);
-            match new_file(repo, node, dir.fd(), &name, &path).await {
-                Ok(n) => self.file_done(n, &rel),
-                Err(e) => self.file_failed(path, &rel, e).await?,
+            let path = dir.open.display(&name);
+            match new_file(repo, node, dir.open.fd(), &name, &path).await {
+                Ok(n) => self.tally.file_done(n, &rel),
+                Err(e) => self.tally.file_failed(path, &rel, e).await?,
             }
+        }
+        if links.is_empty() {
+            return Ok(());
+        }
+        // A first name may still be queued.
+        self.tally.drained().await;
+        if self.tally.stopped() {
+            return Err(gave_up());
         }
         for ((first_dir, first_name), name, rel) in links {
-            let path = dir.display(&name);
+            let path = dir.open.display(&name);
             let first = self.target_path(&first_dir).join(&first_name);
-            if self.failed_files.contains(&first) {
+            if self.tally.file_has_failed(&first) {
                 // Listed, but not another failure of the storage: the first name's was.
-                self.summary.failed.push(format!(
-                    "{rel}: a hard link of {}, which could not be restored",
-                    first.display()
-                ));
+                self.tally.summary(|s| {
+                    s.failed.push(format!(
+                        "{rel}: a hard link of {}, which could not be restored",
+                        first.display()
+                    ));
+                });
                 continue;
             }
-            match self.hard_link(&first_dir, &first_name, dir, &name) {
+            match self.hard_link(&first_dir, &first_name, &dir.open, &name) {
                 Ok(()) => {
-                    self.summary.files += 1;
-                    self.succeeded();
+                    self.tally.summary(|s| s.files += 1);
+                    self.tally.succeeded();
                 }
-                Err(e) => self.failed(&rel, RepoError::io(&path, e)).await?,
+                Err(e) => self.tally.failed(&rel, RepoError::io(&path, e)).await?,
             }
         }
         Ok(())
@@ -284,8 +337,7 @@ impl<'a, S: Storage> Restorer<'a, S> {
         dir: &OpenDir,
         name: &OsStr,
     ) -> std::io::Result<()> {
-        let root = self.root.as_ref().expect("set while the restore runs");
-        let first = open_dir_beneath(root.fd(), first_dir)?;
+        let first = open_dir_beneath(self.root.fd(), first_dir)?;
         let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
         rustix::fs::linkat(&first, first_name, dir.fd(), name, AtFlags::empty())?;
         Ok(())
@@ -294,17 +346,15 @@ impl<'a, S: Storage> Restorer<'a, S> {
     /// Where the open directory `dir` is relative to the target's top, by the names the
     /// restore entered.
     fn relative(&self, dir: &OpenDir) -> PathBuf {
-        let root = self.root.as_ref().expect("set while the restore runs");
         dir.path
-            .strip_prefix(&root.path)
+            .strip_prefix(&self.root.path)
             .map(Path::to_path_buf)
             .unwrap_or_default()
     }
 
     /// The path of `rel` (relative to the target), for messages and the failed files.
     fn target_path(&self, rel: &Path) -> PathBuf {
-        let root = self.root.as_ref().expect("set while the restore runs");
-        root.path.join(rel)
+        self.root.path.join(rel)
     }
 
     /// Takes a directory node's tree (being read by `tree`), then makes its directory
@@ -359,72 +409,26 @@ impl<'a, S: Storage> Restorer<'a, S> {
                 let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
                 rustix::fs::symlinkat(OsStr::from_bytes(&target), dir.fd(), name)
                     .map_err(|e| RepoError::io(&path, e.into()))?;
-                self.summary.symlinks += 1;
+                self.tally.summary(|s| s.symlinks += 1);
                 let failed = crate::fsmeta::apply_at(dir.fd(), name, node);
-                self.meta_failed(failed, rel);
+                self.tally.meta_failed(failed, rel);
             }
             Some(NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket) => {
                 match crate::fsmeta::make_special(dir.fd(), name, node) {
                     Ok(()) => {
-                        self.summary.special += 1;
+                        self.tally.summary(|s| s.special += 1);
                         let failed = crate::fsmeta::apply_at(dir.fd(), name, node);
-                        self.meta_failed(failed, rel);
+                        self.tally.meta_failed(failed, rel);
                     }
-                    Err(e) => self.summary.skipped.push(format!("{rel}: {e}")),
+                    Err(e) => self
+                        .tally
+                        .summary(|s| s.skipped.push(format!("{rel}: {e}"))),
                 }
             }
-            _ => self.summary.skipped.push(format!("{rel}: no type")),
+            _ => self
+                .tally
+                .summary(|s| s.skipped.push(format!("{rel}: no type"))),
         }
         Ok(())
-    }
-
-    /// Lists an entry that could not be restored. After [`FAILURES_IN_A_ROW`] in a row,
-    /// gives up (returns `e`) if all of them were the target's own errors (a full or
-    /// read-only file system fails every entry after it) or the storage no longer serves
-    /// the repository's `config`, and otherwise counts a new run.
-    async fn failed(&mut self, rel: &str, e: RepoError) -> Result<()> {
-        self.in_a_row += 1;
-        if matches!(e, RepoError::Io { .. }) {
-            self.target_in_a_row += 1;
-        } else {
-            self.target_in_a_row = 0;
-        }
-        if self.in_a_row >= FAILURES_IN_A_ROW {
-            if self.target_in_a_row >= self.in_a_row
-                || self.repo.storage().get(FileType::Config, "").await.is_err()
-            {
-                return Err(e);
-            }
-            self.succeeded();
-        }
-        self.summary.failed.push(format!("{rel}: {e}"));
-        Ok(())
-    }
-
-    /// A regular file that could not be restored ([`new_file`] removed what it wrote).
-    async fn file_failed(&mut self, path: PathBuf, rel: &str, e: RepoError) -> Result<()> {
-        self.failed_files.insert(path);
-        self.failed(rel, e).await
-    }
-
-    /// Ends a run of failures.
-    fn succeeded(&mut self) {
-        self.in_a_row = 0;
-        self.target_in_a_row = 0;
-    }
-
-    /// A regular file written, with the metadata [`new_file`] could not apply.
-    fn file_done(&mut self, (bytes, meta_failed): (u64, Vec<String>), rel: &str) {
-        self.succeeded();
-        self.summary.bytes += bytes;
-        self.summary.files += 1;
-        self.repo.progress.add_file();
-        self.meta_failed(meta_failed, rel);
-    }
-
-    fn meta_failed(&mut self, failed: Vec<String>, rel: &str) {
-        for what in failed {
-            self.summary.metadata_failed.push(format!("{rel}: {what}"));
-        }
     }
 }

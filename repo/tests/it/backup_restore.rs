@@ -95,7 +95,7 @@ pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
 /// Everything a restore must reproduce about one entry: kind, content or link target,
 /// mode, owner, mtime, device number and extended attributes.
 #[derive(Debug, PartialEq)]
-struct Entry {
+pub struct Entry {
     rel: String,
     kind: &'static str,
     bytes: Vec<u8>,
@@ -107,7 +107,7 @@ struct Entry {
 }
 
 /// Every entry under `root`, sorted by path.
-fn listing(root: &Path) -> Vec<Entry> {
+pub fn listing(root: &Path) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {

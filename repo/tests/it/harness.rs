@@ -149,6 +149,28 @@ pub trait Hook: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = kura_repo::Result<()>> + Send;
 }
 
+/// How long a slow read takes in [`InFlight::wait`]: as a far store's (B2, S3) answer.
+pub const DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// For fault-injecting hooks: reads that each take [`DELAY`], and how many were in flight
+/// at once.
+#[derive(Default)]
+pub struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    pub most: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    /// Waits [`DELAY`], counted as in flight meanwhile.
+    pub async fn wait(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(DELAY).await;
+        self.now.fetch_sub(1, SeqCst);
+    }
+}
+
 /// Fault-injecting wrapper: a real storage with a [`Hook`] run before every call, for
 /// faults no real server produces on demand (a process paused mid-call, a lost request).
 pub struct Hooked<S, H> {

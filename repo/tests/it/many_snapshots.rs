@@ -2,13 +2,12 @@
 //! index objects of all of them and finds its parent among them, and a far gateway (B2,
 //! S3) answers each read in tens of milliseconds.
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::time::Duration;
+use std::sync::atomic::Ordering::SeqCst;
 
 use kura_repo::{FileType, Repository, Source, backup};
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, Hook, Hooked, Op};
+use crate::harness::{DELAY, Env, Hook, Hooked, InFlight, Op};
 
 /// Fault-injecting hook: each read of a snapshot or index object takes `DELAY`, as a far
 /// store's would; counts how many of each are in flight at once.
@@ -17,23 +16,6 @@ struct SlowReads {
     snapshots: InFlight,
     index: InFlight,
 }
-
-#[derive(Default)]
-struct InFlight {
-    now: AtomicUsize,
-    most: AtomicUsize,
-}
-
-impl InFlight {
-    async fn wait(&self) {
-        let now = self.now.fetch_add(1, SeqCst) + 1;
-        self.most.fetch_max(now, SeqCst);
-        tokio::time::sleep(DELAY).await;
-        self.now.fetch_sub(1, SeqCst);
-    }
-}
-
-const DELAY: Duration = Duration::from_millis(100);
 
 impl Hook for std::sync::Arc<SlowReads> {
     async fn before(&self, op: Op, ft: FileType, _: &str) -> kura_repo::Result<()> {
