@@ -75,8 +75,8 @@ pub use repair_index::{RepairIndexReport, repair_index};
 pub use repair_snapshots::{RepairSnapshotsReport, repair_snapshots};
 pub use repository::Repository;
 pub use restore::{
-    ChangedRestore, FAILURES_IN_A_ROW, FileTarget, RestoreSummary, restore, restore_changed_to,
-    restore_file, restore_file_to, write_content,
+    ChangedRestore, FAILURES_IN_A_ROW, FileTarget, RestoreSummary, UNFINISHED, restore,
+    restore_changed_to, restore_file, restore_file_to, write_content,
 };
 pub use select::{GroupBy, GroupKey, SnapshotFilter};
 pub use snapshot::{BlockRecord, Snapshot, Summary};

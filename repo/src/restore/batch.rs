@@ -169,12 +169,14 @@ enum Job {
 }
 
 /// Restores the files queued on `queue`, yielding each file's end as it comes, until the
-/// queue is closed. No further run or file is started once `stop` is set; those in
-/// flight finish (each file either completes or removes itself).
+/// queue is closed; under their own names where they are free when `own_names` (the
+/// target is marked: `unfinished.rs`). No further run or file is started once `stop` is
+/// set; those in flight finish (each file either completes or removes itself).
 pub(super) fn small_files<'a, S: Storage>(
     repo: &'a Repository<S>,
     queue: mpsc::Receiver<File>,
     stop: &'a AtomicBool,
+    own_names: bool,
 ) -> impl Stream<Item = Done> + 'a {
     futures::stream::unfold(queue, |mut queue| async move {
         let batch = next_batch(&mut queue).await?;
@@ -182,7 +184,7 @@ pub(super) fn small_files<'a, S: Storage>(
     })
     .flat_map(move |batch| futures::stream::iter(plan(repo, batch)))
     .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
-    .map(move |job| run_job(repo, job, stop))
+    .map(move |job| run_job(repo, job, stop, own_names))
     .buffer_unordered(FETCH_AHEAD)
     .flatten()
 }
@@ -249,13 +251,14 @@ async fn run_job<'a, S: Storage>(
     repo: &'a Repository<S>,
     job: Job,
     stop: &'a AtomicBool,
+    own_names: bool,
 ) -> Either<futures::stream::Iter<std::vec::IntoIter<Done>>, impl Stream<Item = Done> + 'a> {
     let files = match job {
         Job::Empty(files) => {
-            let ends = write_files(repo, vec![(Bytes::new(), files)]).await;
+            let ends = write_files(repo, vec![(Bytes::new(), files)], own_names).await;
             return Either::Left(futures::stream::iter(ends));
         }
-        Job::Run(run) => match one_run(repo, run).await {
+        Job::Run(run) => match one_run(repo, run, own_names).await {
             Ok(ends) => return Either::Left(futures::stream::iter(ends)),
             Err(files) => files,
         },
@@ -286,6 +289,7 @@ fn one_by_one<'a, S: Storage>(
 async fn one_run<S: Storage>(
     repo: &Repository<S>,
     run: Vec<(Id, Vec<File>)>,
+    own_names: bool,
 ) -> std::result::Result<Vec<Done>, Vec<File>> {
     let ids: Vec<Id> = run.iter().map(|(id, _)| *id).collect();
     let blobs = match repo.read_run(&ids).await {
@@ -297,7 +301,7 @@ async fn one_run<S: Storage>(
         .zip(run)
         .map(|(data, (_, files))| (data, files))
         .collect();
-    Ok(write_files(repo, groups).await)
+    Ok(write_files(repo, groups, own_names).await)
 }
 
 /// Writes files whose content is read (each group: a blob and the files it is the whole
@@ -307,6 +311,7 @@ async fn one_run<S: Storage>(
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
     groups: Vec<(Bytes, Vec<File>)>,
+    own_names: bool,
 ) -> Vec<Done> {
     let jobs: Vec<(Bytes, File)> = groups
         .into_iter()
@@ -328,7 +333,7 @@ async fn write_files<S: Storage>(
             .map(|(_, f)| (f.dir.open.display(&f.name), f.rel.clone(), f.dir.clone()))
             .collect();
         tasks.push((
-            tokio::task::spawn_blocking(move || write_part(part)),
+            tokio::task::spawn_blocking(move || write_part(part, own_names)),
             places,
         ));
     }
@@ -355,7 +360,7 @@ async fn write_files<S: Storage>(
 }
 
 /// Writes each file from its blob, in order; the ends in the same order.
-fn write_part(jobs: Vec<(Bytes, File)>) -> Vec<Done> {
+fn write_part(jobs: Vec<(Bytes, File)>, own_names: bool) -> Vec<Done> {
     jobs.into_iter()
         .map(|(data, file)| {
             let path = file.dir.open.display(&file.name);
@@ -365,6 +370,7 @@ fn write_part(jobs: Vec<(Bytes, File)>) -> Vec<Done> {
                 &file.name,
                 &path,
                 &data,
+                own_names,
             );
             Done::of(file, n)
         })

@@ -8,6 +8,8 @@
 //!   many files, of many directories);
 //! - `tally.rs`: what a restore wrote and what failed, for the walk and `batch.rs` at
 //!   once, and when to give up;
+//! - `unfinished.rs`: the marker at the target's top while a restore runs, under which
+//!   small files are written under their own names directly;
 //! - `changed.rs`: an image onto a target that holds an older one, only the blocks that
 //!   differ;
 //! - `write.rs`: writes one file's content (sparse, or zeros onto a device);
@@ -27,6 +29,7 @@ mod fetch;
 mod tally;
 mod target;
 mod tree;
+mod unfinished;
 mod write;
 
 use std::io::Write;
@@ -45,6 +48,7 @@ pub use changed::{ChangedRestore, restore_changed_to};
 pub use target::FileTarget;
 use target::one_file;
 pub use tree::{FAILURES_IN_A_ROW, RestoreSummary};
+pub use unfinished::UNFINISHED;
 
 /// Restores the tree `root` under `target` (created if missing): the entries `include`
 /// selects, with the directories leading to them. An entry that fails is listed in

@@ -38,6 +38,8 @@ struct State {
     queued: usize,
     /// Why the restore gave up, the first reason.
     gave_up: Option<RepoError>,
+    /// A task that wrote files was lost (a panic): a file may have been left short.
+    writer_lost: bool,
 }
 
 impl<'a, S: Storage> Tally<'a, S> {
@@ -84,6 +86,11 @@ impl<'a, S: Storage> Tally<'a, S> {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Whether a task that wrote files was lost: a file may have been left short.
+    pub(super) fn writer_lost(&self) -> bool {
+        self.state().writer_lost
+    }
+
     /// Whether the file `path` failed.
     pub(super) fn file_has_failed(&self, path: &PathBuf) -> bool {
         self.state().failed_files.contains(path)
@@ -116,6 +123,9 @@ impl<'a, S: Storage> Tally<'a, S> {
             rel,
             dir,
         } = done;
+        if matches!(result, Err(RepoError::Task { .. })) {
+            self.state().writer_lost = true;
+        }
         match result {
             Ok(n) => self.file_done(n, &rel),
             // In flight when the restore gave up: not another failure to ask about.

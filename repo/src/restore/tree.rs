@@ -19,6 +19,7 @@ use rustix::fs::AtFlags;
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::fetch::{TREES_AHEAD, Task, tree_ahead, tree_read};
 use super::tally::Tally;
+use super::unfinished::Unfinished;
 use super::write::{new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
@@ -73,6 +74,8 @@ pub(super) async fn restore_tree<S: Storage>(
         fd,
         path: top.path.clone(),
     };
+    let unfinished = Unfinished::mark(top.fd());
+    let root_fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
     let tally = Tally::new(repo);
     let (queue, queued) = tokio::sync::mpsc::channel(FILES_QUEUED);
     let walk = async {
@@ -90,13 +93,25 @@ pub(super) async fn restore_tree<S: Storage>(
         // The queue closes with the restorer: the writers finish what is queued.
     };
     let write = async {
-        let mut done = std::pin::pin!(super::batch::small_files(repo, queued, &tally.stop));
+        let own_names = unfinished.is_some();
+        let mut done = std::pin::pin!(super::batch::small_files(
+            repo,
+            queued,
+            &tally.stop,
+            own_names
+        ));
         while let Some(done) = done.next().await {
             tally.queued_done(done).await;
         }
     };
     // Boxed: the walk's state is large, and a caller's future need not hold it.
     futures::join!(Box::pin(walk), Box::pin(write));
+    // Every file is whole or removed now, unless a writer was lost on the way.
+    if let Some(unfinished) = unfinished
+        && !tally.writer_lost()
+    {
+        unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd));
+    }
     tally.finish()
 }
 

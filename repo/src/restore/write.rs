@@ -55,22 +55,46 @@ pub(super) async fn new_file<S: Storage>(
 
 /// [`new_file`] for a file whose whole content is `data` (one chunk, read already with its
 /// neighbours in the pack: `batch.rs`), written synchronously: for a blocking task that
-/// writes many such files.
+/// writes many such files. With `own_name` (the target is marked unfinished:
+/// `unfinished.rs`) and nothing at `name`, the file is created there directly, `0600`
+/// and exclusively as a temporary one would be, and removed again if it cannot be
+/// written whole; what is at `name` is still replaced through a temporary name.
 pub(super) fn place_file(
     node: &Node,
     dir: BorrowedFd<'_>,
     name: &OsStr,
     path: &Path,
     data: &[u8],
+    own_name: bool,
 ) -> Result<(u64, Vec<String>)> {
+    if own_name {
+        match rustix::fs::openat(dir, name, NEW_FILE, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => {
+                let file = File::from(fd);
+                let written = write_whole(node, &file, path, data)
+                    .map(|n| (n, crate::fsmeta::apply_fd(file.as_fd(), node)));
+                if written.is_err() {
+                    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+                }
+                return written;
+            }
+            // Something is there: replaced through a temporary name, below.
+            Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(RepoError::io(path, e.into())),
+        }
+    }
     let (temp, (file, _)) = open_temp_file(node, dir, path)?;
+    let written = write_whole(node, &file, path, data);
+    place(node, &file, (dir, &temp, name), path, written)
+}
+
+/// Writes `data`, the whole content of `node`, into the new file `file`.
+fn write_whole(node: &Node, file: &File, path: &Path, data: &[u8]) -> Result<u64> {
     let len = data.len() as u64;
-    let written = file
-        .write_all_at(data, 0)
+    file.write_all_at(data, 0)
         .map_err(|e| RepoError::io(path, e))
         .and_then(|()| check_length(node, len, path))
-        .map(|()| len);
-    place(node, &file, (dir, &temp, name), path, written)
+        .map(|()| len)
 }
 
 /// Gives the file written under the temporary name `temp` in `dir` its metadata, then

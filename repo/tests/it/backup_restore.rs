@@ -96,12 +96,12 @@ pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
 /// mode, owner, mtime, device number and extended attributes.
 #[derive(Debug, PartialEq)]
 pub struct Entry {
-    rel: String,
+    pub rel: String,
     kind: &'static str,
-    bytes: Vec<u8>,
-    mode: u32,
+    pub bytes: Vec<u8>,
+    pub mode: u32,
     owner: (u32, u32),
-    mtime: (i64, i64),
+    pub mtime: (i64, i64),
     rdev: u64,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }

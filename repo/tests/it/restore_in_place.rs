@@ -2,17 +2,22 @@
 //! written under a temporary name in its directory and renamed over the old one, so a
 //! hard link elsewhere keeps its own content, old extended attributes go with the old
 //! inode, a FIFO planted at a file's name is replaced rather than opened, and a file
-//! whose content fails keeps its old version.
+//! whose content fails keeps its old version. A restore stopped part-way leaves its
+//! marker at the target's top (files that were being written under their own names may
+//! be short), and the next restore there replaces every file and takes the marker away.
 
 use std::io::Read as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
-use kura_repo::{Include, restore};
+use kura_repo::{FileType, Include, Repository, Source, UNFINISHED, backup, restore};
 
-use crate::backup_restore::{damage, packs, set_xattr, snapshot_of_data};
-use crate::harness::{Env, pseudo_random};
+use crate::backup_restore::{
+    damage, listing, opts, packs, set_xattr, small_params, snapshot_of_data,
+};
+use crate::harness::{Env, Hook, Hooked, Op, pseudo_random};
+use crate::small_files::tree_packs;
 
 /// The names under `dir` that a restore left behind besides the snapshot's.
 fn leftovers(dir: &std::path::Path) -> Vec<String> {
@@ -142,4 +147,100 @@ async fn a_file_whose_content_fails_keeps_its_old_version() {
     );
     assert_eq!(std::fs::read(data.join("a")).unwrap(), b"the old version");
     assert!(leftovers(&data).is_empty(), "{:?}", leftovers(&data));
+}
+
+/// Fault-injecting hook: after the first `free` range GETs of data packs (not of `trees`),
+/// none is ever answered, as for a restore killed while it waits.
+struct HangAfter {
+    trees: std::collections::HashSet<String>,
+    free: std::sync::atomic::AtomicUsize,
+}
+
+impl Hook for Arc<HangAfter> {
+    async fn before(&self, op: Op, ft: FileType, name: &str) -> kura_repo::Result<()> {
+        if (op, ft) == (Op::GetRange, FileType::Pack)
+            && !self.trees.contains(name)
+            && self
+                .free
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_stopped_part_way_leaves_its_marker_and_the_next_one_takes_it_away() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    for d in 0..3 {
+        let dir = data.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..100 {
+            // Below the chunker's minimum (one chunk each, so all written from runs), and
+            // about 3 MiB in all: packs of 1 MiB, so several runs.
+            let content = pseudo_random(6000 + (d * 100 + i) * 31 % 9000, (d * 100 + i) as u64);
+            std::fs::write(dir.join(format!("f{i:02}")), content).unwrap();
+        }
+    }
+    let mut repo = Repository::init(env.storage("stopped"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    let hook = Arc::new(HangAfter {
+        trees: tree_packs(&repo, snap.tree).await,
+        free: 1.into(),
+    });
+    let hanging = Repository::open(Hooked {
+        inner: env.storage("stopped"),
+        hook: hook.clone(),
+    })
+    .await
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(2),
+        restore(&hanging, &snap.tree, out.path(), &Include::all()),
+    )
+    .await;
+    assert!(stopped.is_err(), "the restore was to wait on its GETs");
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "a restore stopped part-way says so"
+    );
+
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(leftovers(out.path()), Vec::<String>::new());
+    let (want, got) = (listing(&data), listing(&out.path().join("data")));
+    assert_eq!(
+        want.len(),
+        got.len(),
+        "{:?}",
+        got.iter()
+            .map(|e| &e.rel)
+            .filter(|r| r.contains(".kura"))
+            .collect::<Vec<_>>()
+    );
+    for (w, g) in want.iter().zip(&got) {
+        assert!(
+            w == g,
+            "{} differs: mtime {:?} / {:?}, mode {:o} / {:o}, {} / {} bytes",
+            w.rel,
+            w.mtime,
+            g.mtime,
+            w.mode,
+            g.mode,
+            w.bytes.len(),
+            g.bytes.len()
+        );
+    }
 }

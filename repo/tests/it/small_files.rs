@@ -109,7 +109,7 @@ impl Hook for std::sync::Arc<SlowData> {
 
 /// The packs that hold the trees below `root` (backups write trees into packs of their
 /// own).
-async fn tree_packs<S: kura_repo::Storage>(
+pub async fn tree_packs<S: kura_repo::Storage>(
     repo: &Repository<S>,
     root: kura_repo::Id,
 ) -> std::collections::HashSet<String> {

@@ -1,0 +1,54 @@
+//! The marker a restore keeps at the top of its target while it runs:
+//! `.kura-restore-unfinished`. While it is there, small files whose name is free are
+//! written under that name directly (`write::place_file`), without a temporary name and a
+//! rename (the rename was a fifth of a small-file restore's time, and restic does
+//! without). A restore that is killed leaves the marker behind, which says that the
+//! files being written at that moment may be short; a restore that ends, with failures
+//! listed or giving up, has left no such file (each one failed is removed) and takes the
+//! marker away. Without a marker (the target refuses one), every file goes through a
+//! temporary name as before.
+
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+/// The marker's name, at the top of the target.
+pub const UNFINISHED: &str = ".kura-restore-unfinished";
+
+/// The marker, made by this restore or left by one that was killed.
+pub(super) struct Unfinished {
+    file: OwnedFd,
+}
+
+impl Unfinished {
+    /// Makes the marker in the target's top directory `top`, or opens the one a killed
+    /// restore left; never follows a symlink or opens another kind of file there (a FIFO
+    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made.
+    pub(super) fn mark(top: BorrowedFd<'_>) -> Option<Self> {
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC;
+        let file = rustix::fs::openat(top, UNFINISHED, flags, Mode::from_raw_mode(0o600)).ok()?;
+        let st = rustix::fs::fstat(&file).ok()?;
+        rustix::fs::FileType::from_raw_mode(st.st_mode)
+            .is_file()
+            .then_some(Self { file })
+    }
+
+    /// Takes the marker away, if the name still is this restore's marker (a snapshot may
+    /// hold a file of that name at its top, restored over it).
+    pub(super) fn finished(self, top: BorrowedFd<'_>) {
+        let (Ok(ours), Ok(there)) = (
+            rustix::fs::fstat(self.file.as_fd()),
+            rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW),
+        ) else {
+            return;
+        };
+        if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino) {
+            let _ = rustix::fs::unlinkat(top, UNFINISHED, AtFlags::empty());
+        }
+    }
+}
