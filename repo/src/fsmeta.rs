@@ -152,8 +152,27 @@ pub(crate) fn make_special(dir: BorrowedFd<'_>, name: &OsStr, node: &Node) -> io
 /// points. Returns what could not be applied; owner changes that need privileges are not
 /// counted, as with `cp -p` run by a user.
 pub(crate) fn apply_fd(fd: BorrowedFd<'_>, node: &Node) -> Vec<String> {
+    apply(fd, node, false)
+}
+
+/// As [`apply_fd`], for a regular file this restore has just created: the owner and then
+/// the mode are left as they are where the file has them already (one `fstat` instead of
+/// a `fchown` and a `fchmod`, each an inode update through the file system's journal).
+pub(crate) fn apply_created(fd: BorrowedFd<'_>, node: &Node) -> Vec<String> {
+    apply(fd, node, true)
+}
+
+fn apply(fd: BorrowedFd<'_>, node: &Node, skip_what_is_right: bool) -> Vec<String> {
     let mut failed = Vec::new();
-    let _ = rustix::fs::fchown(fd, Some(uid(node)), Some(gid(node)));
+    let st = skip_what_is_right
+        .then(|| rustix::fs::fstat(fd).ok())
+        .flatten();
+    let owned = st.is_some_and(|st| (st.st_uid, st.st_gid) == (node.uid, node.gid));
+    // A chown may clear set-ID bits: the mode counts as right only without one.
+    let moded = owned && st.is_some_and(|st| st.st_mode & 0o7777 == node.mode & 0o7777);
+    if !owned {
+        let _ = rustix::fs::fchown(fd, Some(uid(node)), Some(gid(node)));
+    }
     for (name, value) in node.xattrs.iter().flatten() {
         let applied = hex::decode(value).map_err(io::Error::other).and_then(|v| {
             rustix::fs::fsetxattr(fd, name.as_str(), &v, XattrFlags::empty())
@@ -166,7 +185,7 @@ pub(crate) fn apply_fd(fd: BorrowedFd<'_>, node: &Node) -> Vec<String> {
     if let Err(e) = rustix::fs::futimens(fd, &times(node)) {
         failed.push(format!("mtime: {e}"));
     }
-    if let Err(e) = rustix::fs::fchmod(fd, Mode::from_raw_mode(node.mode & 0o7777)) {
+    if !moded && let Err(e) = rustix::fs::fchmod(fd, Mode::from_raw_mode(node.mode & 0o7777)) {
         failed.push(format!("mode: {e}"));
     }
     failed

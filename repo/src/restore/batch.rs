@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::direct::DIRECT_MIN;
 use super::fetch::{FETCH_AHEAD, FETCH_SPAN};
-use super::write::{new_file, place_file};
+use super::write::{NewOwner, new_file, place_file};
 use crate::beneath::OpenDir;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -55,6 +55,8 @@ const WRITERS: usize = 4;
 /// A directory the walk entered, shared with the files queued for it.
 pub(super) struct Dir {
     pub(super) open: OpenDir,
+    /// The owner of files created in it.
+    new_owner: Option<NewOwner>,
     state: Mutex<DirState>,
 }
 
@@ -69,6 +71,7 @@ struct DirState {
 impl Dir {
     pub(super) fn new(open: OpenDir) -> Arc<Self> {
         Arc::new(Self {
+            new_owner: NewOwner::in_dir(open.fd()),
             open,
             state: Mutex::default(),
         })
@@ -370,7 +373,7 @@ fn write_part(jobs: Vec<(Bytes, File)>, own_names: bool) -> Vec<Done> {
                 &file.name,
                 &path,
                 &data,
-                own_names,
+                (own_names, file.dir.new_owner),
             );
             Done::of(file, n)
         })

@@ -40,7 +40,7 @@ pub(super) async fn new_file<S: Storage>(
     name: &OsStr,
     path: &Path,
 ) -> Result<(u64, Vec<String>)> {
-    let (temp, (file, direct)) = open_temp_file(node, dir, path)?;
+    let (temp, (file, direct)) = open_temp_file(node, dir, path, Mode::from_raw_mode(0o600))?;
     let written = if direct {
         // The writer takes a descriptor; this one stays for the metadata.
         match file.try_clone() {
@@ -65,14 +65,15 @@ pub(super) fn place_file(
     name: &OsStr,
     path: &Path,
     data: &[u8],
-    own_name: bool,
+    (own_name, owner): (bool, Option<NewOwner>),
 ) -> Result<(u64, Vec<String>)> {
+    let mode = create_mode(node, owner);
     if own_name {
-        match rustix::fs::openat(dir, name, NEW_FILE, Mode::from_raw_mode(0o600)) {
+        match rustix::fs::openat(dir, name, NEW_FILE, mode) {
             Ok(fd) => {
                 let file = File::from(fd);
                 let written = write_whole(node, &file, path, data)
-                    .map(|n| (n, crate::fsmeta::apply_fd(file.as_fd(), node)));
+                    .map(|n| (n, crate::fsmeta::apply_created(file.as_fd(), node)));
                 if written.is_err() {
                     let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
                 }
@@ -83,7 +84,7 @@ pub(super) fn place_file(
             Err(e) => return Err(RepoError::io(path, e.into())),
         }
     }
-    let (temp, (file, _)) = open_temp_file(node, dir, path)?;
+    let (temp, (file, _)) = open_temp_file(node, dir, path, mode)?;
     let written = write_whole(node, &file, path, data);
     place(node, &file, (dir, &temp, name), path, written)
 }
@@ -95,6 +96,43 @@ fn write_whole(node: &Node, file: &File, path: &Path, data: &[u8]) -> Result<u64
         .map_err(|e| RepoError::io(path, e))
         .and_then(|()| check_length(node, len, path))
         .map(|()| len)
+}
+
+/// The owner a file created in a directory gets: the process's user, and the directory's
+/// group where it is set-group-ID, else the process's.
+#[derive(Clone, Copy)]
+pub(super) struct NewOwner {
+    uid: u32,
+    gid: u32,
+}
+
+impl NewOwner {
+    /// For files created in the open directory `dir`; `None` when it cannot be told.
+    pub(super) fn in_dir(dir: BorrowedFd<'_>) -> Option<Self> {
+        let st = rustix::fs::fstat(dir).ok()?;
+        let gid = if st.st_mode & 0o2000 == 0 {
+            rustix::process::getegid().as_raw()
+        } else {
+            st.st_gid
+        };
+        Some(Self {
+            uid: rustix::process::geteuid().as_raw(),
+            gid,
+        })
+    }
+}
+
+/// The mode a new file is created with: its final one where that lets no one read it who
+/// may not read the restored file (it is created with the node's owner already, and has
+/// no set-ID or sticky bit), and where its xattrs can still be written (it is writable by
+/// its owner, or has none); else `0600`. Either way `fsmeta::apply_created` leaves the
+/// owner and the mode alone only where they came out right (a umask or a default ACL may
+/// take bits away).
+fn create_mode(node: &Node, owner: Option<NewOwner>) -> Mode {
+    let final_mode = owner.is_some_and(|o| (o.uid, o.gid) == (node.uid, node.gid))
+        && node.mode & 0o7000 == 0
+        && (node.mode & 0o200 != 0 || node.xattrs.as_ref().is_none_or(Vec::is_empty));
+    Mode::from_raw_mode(if final_mode { node.mode & 0o777 } else { 0o600 })
 }
 
 /// Gives the file written under the temporary name `temp` in `dir` its metadata, then
@@ -109,7 +147,7 @@ fn place(
 ) -> Result<(u64, Vec<String>)> {
     // Before the rename: the file appears under its name with its owner and mode.
     let placed = written.and_then(|n| {
-        let meta_failed = crate::fsmeta::apply_fd(file.as_fd(), node);
+        let meta_failed = crate::fsmeta::apply_created(file.as_fd(), node);
         rustix::fs::renameat(dir, temp, dir, name)
             .map(|()| (n, meta_failed))
             .map_err(|e| RepoError::io(path, e.into()))
@@ -141,6 +179,7 @@ fn open_temp_file(
     node: &Node,
     dir: BorrowedFd<'_>,
     path: &Path,
+    mode: Mode,
 ) -> Result<(OsString, (File, bool))> {
     loop {
         let temp = OsString::from(format!("{TEMP_PREFIX}{:016x}", temp_number()?));
@@ -151,7 +190,7 @@ fn open_temp_file(
         };
         let opened = match opened {
             Ok(Some(f)) => Ok((f, true)),
-            Ok(None) => rustix::fs::openat(dir, &temp, NEW_FILE, Mode::from_raw_mode(0o600))
+            Ok(None) => rustix::fs::openat(dir, &temp, NEW_FILE, mode)
                 .map(|fd| (File::from(fd), false))
                 .map_err(std::io::Error::from),
             Err(e) => Err(e),

@@ -34,7 +34,9 @@ async fn a_directory_of_small_files_is_restored_with_a_get_per_run_of_blobs_not_
         std::fs::write(data.join(&rel), &content).unwrap();
         std::fs::set_permissions(
             data.join(&rel),
-            std::fs::Permissions::from_mode(if i % 2 == 0 { 0o600 } else { 0o644 }),
+            // Modes a file is created with as they are, and ones it cannot be: more than
+            // the umask lets through, set-ID, read-only.
+            std::fs::Permissions::from_mode([0o600, 0o644, 0o666, 0o4755, 0o444][i % 5]),
         )
         .unwrap();
         want.push((rel, content));
