@@ -4,7 +4,8 @@
 //! `cargo bench -p kura --bench repo_vs_restic` with `restic` on PATH (Debian package).
 //! `KURA_BENCH_MIB` sizes the image (default 1024; the figure is 4096), three
 //! quarters random and one quarter zeros; `KURA_BENCH_FILES` sizes the file tree (default
-//! 20000; the figure is 200000). Results go in `repo/README.md`.
+//! 20000; the figure is 200000); `KURA_BENCH_RUNS` how often each step runs
+//! (default 3; the median is shown). Results go in `repo/README.md`.
 
 #![allow(missing_docs, reason = "a bench binary")]
 #![allow(
@@ -74,6 +75,7 @@ fn same_tree(a: &Path, b: &Path) -> bool {
 fn main() {
     let mib = env_number("KURA_BENCH_MIB", 1024);
     let files = env_number("KURA_BENCH_FILES", 20_000);
+    let runs = env_number("KURA_BENCH_RUNS", 3).max(1);
     let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
     let work = work_dir();
     let w = work.path();
@@ -88,130 +90,153 @@ fn main() {
     let restic = |args: &[&str], repo: &str| restic_command(&endpoint, repo, &cache, args);
     let kura_cmd = |args: &[&str], repo: &str| kura_command(&kura, &endpoint, repo, args);
     let img = image.to_str().unwrap();
+    let tree_path = tree.to_str().unwrap();
+    // Each step runs `runs` times, restic and kura in turn; a first backup each time into
+    // a repository of its own, a re-run and a restore each time into the first one.
+    let (mut r_backup, mut k_backup, mut k_block) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        let (r_repo, k_repo) = (format!("restic-img-{i}"), format!("kura-img-{i}"));
+        timed(&mut restic(&["init"], &r_repo), None);
+        r_backup.push(timed(&mut restic(&["backup", img], &r_repo), None));
+        timed(&mut kura_cmd(&["init"], &k_repo), None);
+        k_backup.push(timed(&mut kura_cmd(&["backup", img], &k_repo), None));
+        k_block.push(timed(
+            &mut kura_cmd(&["backup", "--block", img], &k_repo),
+            None,
+        ));
+    }
+    let (mut r_stdin, mut k_stdin, mut k_block_again) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut r_restore, mut k_restore) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        r_stdin.push(timed(
+            &mut restic(
+                &["backup", "--stdin", "--stdin-filename", "disk.img"],
+                "restic-img-0",
+            ),
+            Some(&image),
+        ));
+        k_stdin.push(timed(
+            &mut kura_cmd(
+                &["backup", "--stdin", "--stdin-name", "disk.img"],
+                "kura-img-0",
+            ),
+            Some(&image),
+        ));
+        k_block_again.push(timed(
+            &mut kura_cmd(&["backup", "--block", img], "kura-img-0"),
+            None,
+        ));
+        let r_out = w.join("r-out");
+        r_restore.push(timed(
+            &mut restic(
+                &[
+                    "restore",
+                    "latest",
+                    "--path",
+                    img,
+                    "--target",
+                    r_out.to_str().unwrap(),
+                ],
+                "restic-img-0",
+            ),
+            None,
+        ));
+        if i == 0 {
+            assert!(
+                same_file(&image, &r_out.join(img.trim_start_matches('/'))),
+                "restic restored other bytes"
+            );
+        }
+        // Restored copies go once checked: page cache the next runs would have to reclaim.
+        std::fs::remove_dir_all(&r_out).unwrap();
+        let k_out = w.join("k-out");
+        k_restore.push(timed(
+            &mut kura_cmd(
+                // The file and `--block` runs share a path; the stdin runs are another group.
+                &["restore", "latest", "--path", img, k_out.to_str().unwrap()],
+                "kura-img-0",
+            ),
+            None,
+        ));
+        if i == 0 {
+            assert!(
+                same_file(&image, &k_out.join("disk.img")),
+                "kura restored other bytes"
+            );
+        }
+        std::fs::remove_dir_all(&k_out).unwrap();
+    }
 
-    timed(&mut restic(&["init"], "restic-img"), None);
-    let r_backup = timed(&mut restic(&["backup", img], "restic-img"), None);
-    let r_stdin = timed(
-        &mut restic(
-            &["backup", "--stdin", "--stdin-filename", "disk.img"],
-            "restic-img",
-        ),
-        Some(&image),
-    );
-    let r_restore = timed(
-        &mut restic(
-            &[
-                "restore",
-                "latest",
-                "--target",
-                w.join("r-out").to_str().unwrap(),
-            ],
-            "restic-img",
-        ),
-        None,
-    );
-    assert!(
-        same_file(&image, &w.join("r-out/disk.img")),
-        "restic restored other bytes"
-    );
-    // Restored copies go once checked: 4 GiB each of page cache the next runs would have to
-    // reclaim.
-    std::fs::remove_dir_all(w.join("r-out")).unwrap();
-
-    timed(&mut kura_cmd(&["init"], "kura-img"), None);
-    let k_backup = timed(&mut kura_cmd(&["backup", img], "kura-img"), None);
-    let k_stdin = timed(
-        &mut kura_cmd(
-            &["backup", "--stdin", "--stdin-name", "disk.img"],
-            "kura-img",
-        ),
-        Some(&image),
-    );
-    let k_block = timed(&mut kura_cmd(&["backup", "--block", img], "kura-img"), None);
-    let k_block_again = timed(&mut kura_cmd(&["backup", "--block", img], "kura-img"), None);
-    let k_restore = timed(
-        &mut kura_cmd(
-            // The file and `--block` runs share a path; the stdin run is another group.
-            &[
-                "restore",
-                "latest",
-                "--path",
-                img,
-                w.join("k-out").to_str().unwrap(),
-            ],
-            "kura-img",
-        ),
-        None,
-    );
-    assert!(
-        same_file(&image, &w.join("k-out/disk.img")),
-        "kura restored other bytes"
-    );
-    std::fs::remove_dir_all(w.join("k-out")).unwrap();
-
-    timed(&mut restic(&["init"], "restic-tree"), None);
-    let r_tree = timed(
-        &mut restic(&["backup", tree.to_str().unwrap()], "restic-tree"),
-        None,
-    );
-    timed(&mut kura_cmd(&["init"], "kura-tree"), None);
-    let k_tree = timed(
-        &mut kura_cmd(&["backup", tree.to_str().unwrap()], "kura-tree"),
-        None,
-    );
-    let r_tree_again = timed(
-        &mut restic(&["backup", tree.to_str().unwrap()], "restic-tree"),
-        None,
-    );
-    let k_tree_again = timed(
-        &mut kura_cmd(&["backup", tree.to_str().unwrap()], "kura-tree"),
-        None,
-    );
-    // restic restores the tree under its full path inside the target, kura under its name.
-    let r_tree_restore = timed(
-        &mut restic(
-            &[
-                "restore",
-                "latest",
-                "--target",
-                w.join("r-tree").to_str().unwrap(),
-            ],
-            "restic-tree",
-        ),
-        None,
-    );
-    let r_out = w.join("r-tree").join(tree.strip_prefix("/").unwrap());
-    assert!(same_tree(&tree, &r_out), "restic restored another tree");
-    let k_tree_restore = timed(
-        &mut kura_cmd(
-            &["restore", "latest", w.join("k-tree").to_str().unwrap()],
-            "kura-tree",
-        ),
-        None,
-    );
-    let k_out = w.join("k-tree").join(tree.file_name().unwrap());
-    assert!(same_tree(&tree, &k_out), "kura restored another tree");
+    let (mut r_tree, mut k_tree) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let (r_repo, k_repo) = (format!("restic-tree-{i}"), format!("kura-tree-{i}"));
+        timed(&mut restic(&["init"], &r_repo), None);
+        r_tree.push(timed(&mut restic(&["backup", tree_path], &r_repo), None));
+        timed(&mut kura_cmd(&["init"], &k_repo), None);
+        k_tree.push(timed(&mut kura_cmd(&["backup", tree_path], &k_repo), None));
+    }
+    let (mut r_tree_again, mut k_tree_again) = (Vec::new(), Vec::new());
+    let (mut r_tree_restore, mut k_tree_restore) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        r_tree_again.push(timed(
+            &mut restic(&["backup", tree_path], "restic-tree-0"),
+            None,
+        ));
+        k_tree_again.push(timed(
+            &mut kura_cmd(&["backup", tree_path], "kura-tree-0"),
+            None,
+        ));
+        // restic restores the tree under its full path inside the target, kura under its
+        // name.
+        let r_out = w.join("r-tree");
+        r_tree_restore.push(timed(
+            &mut restic(
+                &["restore", "latest", "--target", r_out.to_str().unwrap()],
+                "restic-tree-0",
+            ),
+            None,
+        ));
+        if i == 0 {
+            let restored = r_out.join(tree.strip_prefix("/").unwrap());
+            assert!(same_tree(&tree, &restored), "restic restored another tree");
+        }
+        std::fs::remove_dir_all(&r_out).unwrap();
+        let k_out = w.join("k-tree");
+        k_tree_restore.push(timed(
+            &mut kura_cmd(
+                &["restore", "latest", k_out.to_str().unwrap()],
+                "kura-tree-0",
+            ),
+            None,
+        ));
+        if i == 0 {
+            let restored = k_out.join(tree.file_name().unwrap());
+            assert!(same_tree(&tree, &restored), "kura restored another tree");
+        }
+        std::fs::remove_dir_all(&k_out).unwrap();
+    }
 
     let _ = Command::new("kill").arg(gateway.id().to_string()).status();
     let _ = gateway.wait();
 
+    println!("each figure the median of {runs} runs (KURA_BENCH_RUNS), peak memory the highest");
     report(
         mib,
         files,
-        [&r_backup, &r_stdin, &r_restore],
-        [&k_backup, &k_stdin, &k_restore],
-        [&k_block, &k_block_again],
+        [r_backup, r_stdin, r_restore].map(Run::median),
+        [k_backup, k_stdin, k_restore].map(Run::median),
+        [k_block, k_block_again].map(Run::median),
     );
     report_tree(
         files,
-        [&r_tree, &r_tree_again, &r_tree_restore],
-        [&k_tree, &k_tree_again, &k_tree_restore],
+        [r_tree, r_tree_again, r_tree_restore].map(Run::median),
+        [k_tree, k_tree_again, k_tree_restore].map(Run::median),
     );
 }
 
 /// Prints the image's table: restic and kura runs in the order image backup, stdin
 /// re-run, restore; then kura's `--block` runs.
-fn report(mib: usize, files: usize, r: [&Run; 3], k: [&Run; 3], block: [&Run; 2]) {
+fn report(mib: usize, files: usize, r: [Run; 3], k: [Run; 3], block: [Run; 2]) {
     let gib = mib as f64 / 1024.0;
     let [r_backup, r_stdin, r_restore] = r;
     let [k_backup, k_stdin, k_restore] = k;
@@ -221,9 +246,9 @@ fn report(mib: usize, files: usize, r: [&Run; 3], k: [&Run; 3], block: [&Run; 2]
         "image: {mib} MiB ({gib:.2} GiB, 3/4 random, 1/4 zeros); tree: {files} files; gateway: kura gateway, embedded default"
     );
     let rows = [
-        ("image backup (file)", r_backup, k_backup),
-        ("image re-run (stdin, nothing new)", r_stdin, k_stdin),
-        ("image restore", r_restore, k_restore),
+        ("image backup (file)", &r_backup, &k_backup),
+        ("image re-run (stdin, nothing new)", &r_stdin, &k_stdin),
+        ("image restore", &r_restore, &k_restore),
     ];
     for (what, r, k) in rows {
         println!(
@@ -237,14 +262,14 @@ fn report(mib: usize, files: usize, r: [&Run; 3], k: [&Run; 3], block: [&Run; 2]
     }
     println!(
         "kura --block first {:.1} MB/s, unchanged re-run {:.1} MB/s ({} MiB peak)",
-        mbps(k_block),
-        mbps(k_block_again),
+        mbps(&k_block),
+        mbps(&k_block_again),
         k_block_again.peak_kib / 1024
     );
 }
 
 /// Prints the tree's rows: first backup, unchanged re-run, restore; restic then kura.
-fn report_tree(files: usize, r: [&Run; 3], k: [&Run; 3]) {
+fn report_tree(files: usize, r: [Run; 3], k: [Run; 3]) {
     let what = ["first backup", "unchanged re-run", "restore"];
     for ((what, r), k) in what.iter().zip(r).zip(k) {
         println!(

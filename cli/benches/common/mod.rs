@@ -15,6 +15,27 @@ pub struct Run {
     pub peak_kib: u64,
 }
 
+impl Run {
+    /// The median of `runs` by time, with the highest peak of all (memory is a bound, not
+    /// a typical value).
+    ///
+    /// # Panics
+    /// When `runs` is empty.
+    #[must_use]
+    pub fn median(mut runs: Vec<Run>) -> Run {
+        let peak_kib = runs
+            .iter()
+            .map(|r| r.peak_kib)
+            .max()
+            .expect("at least one run");
+        runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        Run {
+            seconds: runs[runs.len() / 2].seconds,
+            peak_kib,
+        }
+    }
+}
+
 /// Runs `cmd` under `/usr/bin/time` and returns wall time and peak RSS; panics on failure.
 /// Starts with `sync`, so that every run begins without another run's dirty pages.
 pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
@@ -40,6 +61,11 @@ pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
     let started = Instant::now();
     let out = wrapped.output().unwrap();
     let seconds = started.elapsed().as_secs_f64();
+    // Every run on stderr, so that the spread behind a median can be read.
+    eprintln!(
+        "ran in {seconds:.3} s: {:?}",
+        cmd.get_args().collect::<Vec<_>>()
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{cmd:?} failed: {err}");
     let peak_kib = err
