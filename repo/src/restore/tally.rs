@@ -42,6 +42,13 @@ struct State {
     writer_lost: bool,
 }
 
+impl State {
+    fn succeeded(&mut self) {
+        self.in_a_row = 0;
+        self.target_in_a_row = 0;
+    }
+}
+
 impl<'a, S: Storage> Tally<'a, S> {
     pub(super) fn new(repo: &'a Repository<S>) -> Self {
         Self {
@@ -183,17 +190,14 @@ impl<'a, S: Storage> Tally<'a, S> {
 
     /// Ends a run of failures.
     pub(super) fn succeeded(&self) {
-        let mut state = self.state();
-        state.in_a_row = 0;
-        state.target_in_a_row = 0;
+        self.state().succeeded();
     }
 
     /// A regular file written, with the metadata `new_file` could not apply.
     pub(super) fn file_done(&self, (bytes, meta_failed): (u64, Vec<String>), rel: &str) {
         {
             let mut state = self.state();
-            state.in_a_row = 0;
-            state.target_in_a_row = 0;
+            state.succeeded();
             state.summary.bytes += bytes;
             state.summary.files += 1;
         }

@@ -56,9 +56,10 @@ pub(super) async fn new_file<S: Storage>(
 /// [`new_file`] for a file whose whole content is `data` (one chunk, read already with its
 /// neighbours in the pack: `batch.rs`), written synchronously: for a blocking task that
 /// writes many such files. With `own_name` (the target is marked unfinished:
-/// `unfinished.rs`) and nothing at `name`, the file is created there directly, `0600`
-/// and exclusively as a temporary one would be, and removed again if it cannot be
-/// written whole; what is at `name` is still replaced through a temporary name.
+/// `unfinished.rs`) and nothing at `name`, the file is created there directly,
+/// exclusively and with the mode [`create_mode`] gives, as a temporary one would be, and
+/// removed again if it cannot be written whole; what is at `name` is still replaced
+/// through a temporary name.
 pub(super) fn place_file(
     node: &Node,
     dir: BorrowedFd<'_>,
