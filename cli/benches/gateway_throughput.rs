@@ -1,6 +1,8 @@
 //! PUT and GET of one large object through `kura gateway` (a separate process) and
-//! directly to the same upstream, in one run; prints throughput, the ratio, the gateway's
-//! CPU seconds per GiB moved, and the growth of its resident memory.
+//! directly to the same upstream, in one run, then of the same bytes as several objects at
+//! once (`KURA_BENCH_STREAMS`, default 8); prints throughput, the ratio, the gateway's CPU
+//! seconds per GiB moved, its cost above a plain forwarder (socat) for 1 and for many
+//! streams, and the growth of its resident memory.
 //!
 //! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5117` for the
 //! memory check at the largest single PUT kura accepts, just under 5 GiB). The upstream is
@@ -93,28 +95,30 @@ fn client(addr: SocketAddr, ak: &str, sk: &str, mode: Put) -> Client {
     Client::from_conf(conf)
 }
 
-/// User CPU seconds of a process.
-fn user_cpu(pid: u32) -> f64 {
+/// Fields of `/proc/PID/stat` after the command name, in seconds: index 11 is `utime`,
+/// 12 `stime`, 13 `cutime` and 14 `cstime` (reaped children's), all in clock ticks.
+fn stat_seconds(pid: u32, fields: &[usize]) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
+    let all: Vec<&str> = stat
         .rsplit_once(')')
         .unwrap()
         .1
         .split_whitespace()
         .collect();
-    fields[11].parse::<f64>().unwrap() / 100.0
+    fields
+        .iter()
+        .map(|&i| all[i].parse::<f64>().unwrap())
+        .sum::<f64>()
+        / 100.0
+}
+
+/// User CPU seconds of a process.
+fn user_cpu(pid: u32) -> f64 {
+    stat_seconds(pid, &[11])
 }
 
 /// (user + system CPU seconds, resident KiB, peak resident KiB) of a process.
 fn usage(pid: u32) -> (f64, u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib = |name: &str| -> u64 {
         status
@@ -125,14 +129,24 @@ fn usage(pid: u32) -> (f64, u64, u64) {
             .parse()
             .unwrap()
     };
-    (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
+    (stat_seconds(pid, &[11, 12]), kib("VmRSS:"), kib("VmHWM:"))
 }
 
-/// User + system CPU seconds of a process and its descendants still running.
+/// CPU seconds of a process and its descendants, those still running and those it has
+/// reaped (socat forks one per connection; a closed one's time moves to the parent's
+/// `cutime` and `cstime`). Running processes are read from `schedstat` in nanoseconds:
+/// eight connections' children each rounded down to whole clock ticks would hide up to
+/// 80 ms.
 fn tree_cpu(pid: u32) -> f64 {
     let children =
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    usage(pid).0
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let running_ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    running_ns as f64 / 1e9
+        + stat_seconds(pid, &[13, 14])
         + children
             .split_whitespace()
             .filter_map(|c| c.parse().ok())
@@ -244,6 +258,63 @@ async fn get(c: &Client, bucket: &str, key: &str, len: u64, ranged: bool) -> Dur
     t.elapsed()
 }
 
+/// PUTs `streams` objects at once, each `part` bytes of `file` (`UNSIGNED-PAYLOAD`), then
+/// GETs them all at once; returns each phase's time and what `cpu` (a process's CPU
+/// seconds) grew by over it. Each request runs as a task of its own, so the client's work
+/// spreads over the runtime's threads.
+async fn parallel(
+    c: &Client,
+    bucket: &str,
+    file: &Path,
+    part: u64,
+    streams: u64,
+    cpu: &dyn Fn() -> f64,
+) -> [(Duration, f64); 2] {
+    let cpu0 = cpu();
+    let t = Instant::now();
+    let puts: Vec<_> = (0..streams)
+        .map(|i| {
+            let (c, bucket, file) = (c.clone(), bucket.to_owned(), file.to_owned());
+            tokio::spawn(async move {
+                let body = ByteStream::read_from()
+                    .path(&file)
+                    .offset(i * part)
+                    .length(aws_sdk_s3::primitives::Length::Exact(part))
+                    .build()
+                    .await
+                    .unwrap();
+                c.put_object()
+                    .bucket(bucket)
+                    .key(format!("stream-{i}"))
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    for p in puts {
+        p.await.unwrap();
+    }
+    let put = (t.elapsed(), cpu() - cpu0);
+    let cpu0 = cpu();
+    let t = Instant::now();
+    let gets: Vec<_> = (0..streams)
+        .map(|i| {
+            let (c, bucket) = (c.clone(), bucket.to_owned());
+            tokio::spawn(async move { get(&c, &bucket, &format!("stream-{i}"), part, false).await })
+        })
+        .collect();
+    for g in gets {
+        g.await.unwrap();
+    }
+    let get = (t.elapsed(), cpu() - cpu0);
+    for i in 0..streams {
+        delete(c, bucket, &format!("stream-{i}")).await;
+    }
+    [put, get]
+}
+
 async fn delete(c: &Client, bucket: &str, key: &str) {
     c.delete_object()
         .bucket(bucket)
@@ -337,6 +408,8 @@ async fn main() {
     };
     // The gateway's CPU per GiB on the runs the forwarder repeats, to print its cost above it.
     let (mut put_cpu, mut get_cpu) = (None, None);
+    // The direct whole GET's time, to show the forwarder's ratio next to the gateway's.
+    let mut direct_get = Duration::MAX;
     for mode in modes {
         let key = mode.key();
         let d = put(
@@ -372,11 +445,36 @@ async fn main() {
         let (cpu1, _, _) = usage(pid);
         if !ranged {
             get_cpu = Some((cpu1 - cpu0) / gib);
+            direct_get = d_get;
         }
         row(label, d_get, g_get, cpu1 - cpu0, user_cpu(pid) - user0);
     }
     delete(&direct, "direct-bench", "unsigned").await;
     delete(&via, "gateway-bench", "unsigned").await;
+    // Many streams at once: the same bytes in `streams` objects, PUT at once, then GET.
+    let streams: u64 = std::env::var("KURA_BENCH_STREAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+        .max(1);
+    let part = len / streams;
+    let moved = part * streams;
+    let moved_gib = moved as f64 / f64::from(1u32 << 30);
+    let no_cpu = || 0.0;
+    let d_many = parallel(&direct, "direct-bench", &file, part, streams, &no_cpu).await;
+    let g_many = parallel(&via, "gateway-bench", &file, part, streams, &|| {
+        usage(pid).0
+    })
+    .await;
+    for (label, d, g) in [("PUT", d_many[0], g_many[0]), ("GET", d_many[1], g_many[1])] {
+        println!(
+            "{streams} streams, {label} UNSIGNED-PAYLOAD   direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
+            mbps(moved, d.0),
+            mbps(moved, g.0),
+            d.0.as_secs_f64() / g.0.as_secs_f64(),
+            g.1 / moved_gib,
+        );
+    }
     let (_, _, hwm) = usage(pid);
     println!(
         "(gateway CPU is user + kernel time; the kernel part is mostly its two loopback sockets per request)"
@@ -397,10 +495,11 @@ async fn main() {
         let cpu2 = tree_cpu(fpid);
         delete(&c, "direct-bench", "forwarded").await;
         println!(
-            "floor: a plain TCP forwarder (socat, 1 MiB buffers) in the gateway's place: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s, {:.3} s/GiB",
+            "floor: a plain TCP forwarder (socat, 1 MiB buffers) in the gateway's place: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s ({:.2} of direct), {:.3} s/GiB",
             mbps(len, d),
             (cpu1 - cpu0) / gib,
             mbps(len, g),
+            direct_get.as_secs_f64() / g.as_secs_f64(),
             (cpu2 - cpu1) / gib
         );
         if let (Some(p), Some(g)) = (put_cpu, get_cpu) {
@@ -410,6 +509,20 @@ async fn main() {
                 g - (cpu2 - cpu1) / gib
             );
         }
+        let f_many = parallel(&c, "direct-bench", &file, part, streams, &|| tree_cpu(fpid)).await;
+        println!(
+            "floor, {streams} streams: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s ({:.2} of direct), {:.3} s/GiB",
+            mbps(moved, f_many[0].0),
+            f_many[0].1 / moved_gib,
+            mbps(moved, f_many[1].0),
+            d_many[1].0.as_secs_f64() / f_many[1].0.as_secs_f64(),
+            f_many[1].1 / moved_gib,
+        );
+        println!(
+            "gateway CPU above the floor, {streams} streams: PUT {:.3} s/GiB, GET {:.3} s/GiB",
+            (g_many[0].1 - f_many[0].1) / moved_gib,
+            (g_many[1].1 - f_many[1].1) / moved_gib,
+        );
         let _ = fwd.kill();
         let _ = fwd.wait();
     }
