@@ -223,6 +223,7 @@ mod tests {
             incomplete: false,
             errors: vec![],
             changed_during_backup: vec![],
+            xattrs_recorded: false,
             summary: crate::snapshot::Summary::default(),
             block: None,
             program: String::new(),

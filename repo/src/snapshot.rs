@@ -107,6 +107,11 @@ pub struct Snapshot {
     /// (possibly torn), flagged in their nodes; the snapshot is not incomplete for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_during_backup: Vec<String>,
+    /// Whether every node's `xattrs` is what the file system listed (FORMAT.md 8.3): no
+    /// read of them failed, and those a re-run took from its parent came from a snapshot
+    /// that has this too. Absent (`false`) in snapshots written before it was recorded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub xattrs_recorded: bool,
     /// Counts.
     #[serde(default)]
     pub summary: Summary,

@@ -134,10 +134,7 @@ async fn in_session<S: Storage>(
     let marked = crate::marks::marked_packs(repo).await?;
     repo.refresh_index().await?;
     let parent = match &opts.parent {
-        Some(id) => {
-            let snap = repo.load_snapshot(id).await?;
-            Some((snap.tree, snap.instant(), snap.block))
-        }
+        Some(id) => Some(repo.load_snapshot(id).await?),
         None => None,
     };
     // The walk is synchronous (file reads) and runs on a blocking-pool thread of its own;
@@ -176,23 +173,20 @@ fn run<S: Storage>(
     w: &mut Walker<S>,
     source: Source,
     opts: Options,
-    parent: Option<(
-        Id,
-        Option<time::OffsetDateTime>,
-        Option<crate::snapshot::BlockRecord>,
-    )>,
+    parent: Option<Snapshot>,
 ) -> Result<Snapshot> {
     // Before the first file is listed: the next backup trusts no file changed since
     // (FORMAT.md section 9).
     let started = now_rfc3339();
     let parent = match parent {
-        Some((root, started, block)) => Some(Parent {
+        Some(snap) => Some(Parent {
             root: w
                 .packer
                 .handle()
-                .block_on(w.packer.repo().read_tree(&root))?,
-            started,
-            block,
+                .block_on(w.packer.repo().read_tree(&snap.tree))?,
+            started: snap.instant(),
+            xattrs_recorded: snap.xattrs_recorded,
+            block: snap.block,
         }),
         None => None,
     };
@@ -208,6 +202,7 @@ fn run<S: Storage>(
         tree: root,
         parent: opts.parent,
         incomplete: w.incomplete(),
+        xattrs_recorded: w.xattrs_recorded(),
         errors: w.take_errors(),
         changed_during_backup: w.take_changed(),
         summary: w.take_summary(),

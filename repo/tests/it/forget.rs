@@ -20,6 +20,7 @@ fn snapshot(time: &str, host: &str, paths: &[&str]) -> Snapshot {
         incomplete: false,
         errors: vec![],
         changed_during_backup: vec![],
+        xattrs_recorded: false,
         block: None,
         summary: kura_repo::Summary::default(),
         program: "test".into(),

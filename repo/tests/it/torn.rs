@@ -296,3 +296,81 @@ async fn a_file_changed_just_before_a_backup_started_is_read_again_by_the_next_o
     assert_eq!(fourth.summary.files_unchanged, 2);
     assert_eq!(fourth.summary.bytes_read, 0);
 }
+
+/// A re-run takes an unchanged file's xattrs from its parent's node instead of listing
+/// them again (setting or removing one moves the file's ctime), but only from a parent
+/// that recorded every file's: one whose read of them failed, or that was written before
+/// they were recorded, would pass its lack on as the truth.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_run_takes_unchanged_files_xattrs_from_a_parent_only_when_it_recorded_them_all() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let (good, bad) = (src.path().join("good"), src.path().join("bad"));
+    std::fs::write(&good, b"g").unwrap();
+    std::fs::write(&bad, b"b").unwrap();
+    crate::backup_restore::set_xattr(&good, "user.kura.a", b"1");
+    crate::backup_restore::set_xattr(&bad, "user.kura.b", b"2");
+    // A name that is not UTF-8 cannot be recorded (FORMAT.md 8.1): the read of `bad`'s
+    // xattrs fails.
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"user.kura.\xff");
+    rustix::fs::lsetxattr(&bad, not_utf8, b"3", rustix::fs::XattrFlags::empty()).unwrap();
+    settle();
+    let mut repo = Repository::init(
+        env.storage("xattrs-again"),
+        crate::backup_restore::small_params(),
+    )
+    .await
+    .unwrap();
+    let run = |parent| {
+        let mut o = opts();
+        o.parent = parent;
+        o
+    };
+    let source = || Source::Paths(vec![src.path().into()]);
+    let (first, one) = backup(&mut repo, source(), run(None)).await.unwrap();
+    assert!(one.incomplete && !one.xattrs_recorded, "{:?}", one.errors);
+    let (second, two) = backup(&mut repo, source(), run(Some(first))).await.unwrap();
+    assert_eq!(
+        two.summary.files_unchanged, 2,
+        "both files are taken unread"
+    );
+    assert!(
+        two.incomplete && two.errors.iter().any(|e| e.contains("bad")),
+        "the parent's failed read is not taken for the truth: listed and failed again: {:?}",
+        two.errors
+    );
+    assert!(!two.xattrs_recorded);
+
+    rustix::fs::lremovexattr(&bad, not_utf8).unwrap();
+    settle();
+    let (third, three) = backup(&mut repo, source(), run(Some(second)))
+        .await
+        .unwrap();
+    assert!(
+        !three.incomplete && three.xattrs_recorded,
+        "{:?}",
+        three.errors
+    );
+    let (_, four) = backup(&mut repo, source(), run(Some(third))).await.unwrap();
+    assert!(
+        !four.incomplete && four.xattrs_recorded,
+        "{:?}",
+        four.errors
+    );
+    assert_eq!(four.summary.files_unchanged, 2);
+    let root = repo.read_tree(&four.tree).await.unwrap();
+    let listed = repo
+        .read_tree(&root.nodes[0].subtree.unwrap())
+        .await
+        .unwrap();
+    let xattrs = |name: &str| listed.find(name.as_ref()).unwrap().xattrs.clone();
+    assert_eq!(
+        xattrs("good"),
+        Some(vec![("user.kura.a".into(), hex::encode(b"1"))])
+    );
+    assert_eq!(
+        xattrs("bad"),
+        Some(vec![("user.kura.b".into(), hex::encode(b"2"))])
+    );
+}
