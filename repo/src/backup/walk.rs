@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::FileType;
 
+use super::ahead::{self, Ahead};
 use super::block::{BlockOptions, ParentBlock};
 use super::chunk::Chunker;
 use super::command::Child;
@@ -33,9 +34,6 @@ use crate::tree::{Content, Node, NodeType, Tree};
 /// may read (FAT's 2 s; ext4, XFS, btrfs and tmpfs step by a clock tick), so that a write
 /// in the tick in which the parent read the file cannot hide (FORMAT.md section 9).
 const RACY_MARGIN_NS: i128 = 2_000_000_000;
-
-/// The parent's subtrees read ahead of the walk, at most (memory: this many trees).
-const TREES_AHEAD: usize = 8;
 
 /// The parent snapshot a backup compares files with.
 pub(super) struct Parent {
@@ -116,9 +114,8 @@ pub(super) struct Walker<S: Storage> {
     xattrs_recorded: bool,
     /// What a `--block` backup read, for its snapshot.
     pub(super) block: Option<crate::snapshot::BlockRecord>,
-    /// The parent's subtrees being read ahead of the walk, by ID: a re-run of a tree of
-    /// many directories would otherwise wait on one round trip per directory.
-    ahead: HashMap<Id, tokio::task::JoinHandle<Result<Tree>>>,
+    /// The parent's subtrees being read ahead of the walk.
+    ahead: Ahead,
 }
 
 impl<S: Storage> Walker<S> {
@@ -134,7 +131,7 @@ impl<S: Storage> Walker<S> {
             parent_xattrs: false,
             xattrs_recorded: false,
             block: None,
-            ahead: HashMap::new(),
+            ahead: Ahead::default(),
         })
     }
 
@@ -473,12 +470,8 @@ impl<S: Storage> Walker<S> {
     /// its name in `dir`, never by a path.
     fn read_dir(&mut self, dir: &OpenDir, before: Option<Id>) -> Result<Option<Tree>> {
         let parent = match before {
-            Some(id) => Some(match self.ahead.remove(&id) {
-                Some(task) => self
-                    .packer
-                    .handle()
-                    .block_on(task)
-                    .map_err(|e| RepoError::task("tree read-ahead", &e))??,
+            Some(id) => Some(match self.ahead.take(self.packer.handle(), &id) {
+                Some(tree) => tree?,
                 None => self
                     .packer
                     .handle()
@@ -541,16 +534,13 @@ impl<S: Storage> Walker<S> {
             self.report();
         }
         // Subdirectories gone since the parent: their trees are not needed.
-        for id in &subtrees {
-            if let Some(task) = self.ahead.remove(id) {
-                task.abort();
-            }
-        }
+        self.ahead.forget(&subtrees);
         Ok(Some(tree))
     }
 
     /// Starts reading the parent's subtrees from the one of `before` (the entry the walk
-    /// is at) on, while fewer than `TREES_AHEAD` are being read in all.
+    /// is at) on, in runs of trees that lie next to each other in a pack, while fewer than
+    /// `RUNS_AHEAD` runs are being read.
     fn read_ahead(
         &mut self,
         subtrees: &[Id],
@@ -561,18 +551,31 @@ impl<S: Storage> Walker<S> {
         if let Some(&at) = before.and_then(|b| b.subtree).and_then(|id| index.get(&id)) {
             *next = (*next).max(at);
         }
-        while *next < subtrees.len() && self.ahead.len() < TREES_AHEAD {
-            let id = subtrees[*next];
-            *next += 1;
-            if self.ahead.contains_key(&id) {
+        while *next < subtrees.len() && self.ahead.in_flight() < ahead::RUNS_AHEAD {
+            let rest = &subtrees[*next..];
+            if self.ahead.has(&rest[0]) {
+                // A tree twice in the parent (two directories alike) is read once, for the
+                // first; the second is read alone when the walk comes to it.
+                *next += 1;
                 continue;
             }
-            let repo = self.packer.repo().clone();
-            let task = self
+            // A run ends where the pack's next blob is not the next tree wanted, so a
+            // tree is in it once.
+            let had = &self.ahead;
+            let n = self
                 .packer
-                .handle()
-                .spawn(async move { repo.read_tree(&id).await });
-            self.ahead.insert(id, task);
+                .repo()
+                .run_of(
+                    rest.iter()
+                        .take_while(|id| !had.has(id))
+                        .take(ahead::TREES_PER_RUN),
+                    ahead::RUN_SPAN,
+                )
+                .max(1);
+            *next += n;
+            let ids = rest[..n].to_vec();
+            self.ahead
+                .start(self.packer.repo(), self.packer.handle(), ids);
         }
     }
 

@@ -128,6 +128,65 @@ async fn a_re_run_reads_the_parents_trees_ahead_and_keeps_every_directory_right(
     );
 }
 
+/// Counting hook: the range GETs of packs.
+#[derive(Default)]
+struct RangeGets(std::sync::atomic::AtomicUsize);
+
+impl crate::harness::Hook for std::sync::Arc<RangeGets> {
+    async fn before(
+        &self,
+        op: crate::harness::Op,
+        ft: FileType,
+        _name: &str,
+    ) -> kura_repo::Result<()> {
+        if (op, ft) == (crate::harness::Op::GetRange, FileType::Pack) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// The parent's trees of a directory's subdirectories lie next to each other in a pack
+/// and come in runs, one range GET each (issue 27): before, a re-run of 150 directories
+/// made 152 range GETs, each a request the gateway and the store answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_run_reads_the_parents_trees_of_many_directories_in_a_few_range_gets() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let root = src.path().join("data");
+    for d in 0..150 {
+        let dir = root.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), pseudo_random(100, d)).unwrap();
+    }
+    settle();
+    let mut repo = Repository::init(env.storage("runs"), small_params())
+        .await
+        .unwrap();
+    let (first, _) = backup(&mut repo, Source::Paths(vec![root.clone()]), opts())
+        .await
+        .unwrap();
+    let hook = std::sync::Arc::new(RangeGets::default());
+    let mut counted = Repository::open(crate::harness::Hooked {
+        inner: env.storage("runs"),
+        hook: hook.clone(),
+    })
+    .await
+    .unwrap();
+    let mut o = opts();
+    o.parent = Some(first);
+    let (_, snap) = backup(&mut counted, Source::Paths(vec![root.clone()]), o)
+        .await
+        .unwrap();
+    assert_eq!(snap.summary.files_unchanged, 150);
+    assert_eq!(snap.summary.dirs, 151);
+    let gets = hook.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        gets <= 8,
+        "{gets} range GETs for the trees of 150 directories and their parent"
+    );
+}
+
 /// Regression: a backup on a repository opened before a prune deleted a pack (and its
 /// mark) must not take the blobs of that pack from the index it was opened with.
 #[tokio::test(flavor = "multi_thread")]
