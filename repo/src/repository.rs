@@ -18,6 +18,15 @@ use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
 
+/// A run of trees read with one range GET ([`Repository::read_trees`]) spans at most this
+/// many stored bytes and holds at most `TREES_PER_RUN` trees: the backup's and the
+/// restore's walks read a directory's subdirectories' trees ahead in such runs, a few at
+/// a time, and hold what they read until they come to it.
+pub(crate) const TREE_RUN_SPAN: u64 = 512 << 10;
+
+/// See [`TREE_RUN_SPAN`].
+pub(crate) const TREES_PER_RUN: usize = 32;
+
 /// An opened repository.
 pub struct Repository<S: Storage> {
     pub(crate) storage: Arc<S>,
@@ -389,19 +398,31 @@ impl<S: Storage> Repository<S> {
     }
 
     /// Reads trees that lie one after another in one pack (as [`Repository::run_of`]
-    /// groups them) with a single range GET.
-    ///
-    /// # Errors
-    /// As `read_run`, or when one of them is a data blob or its JSON does not parse.
-    pub async fn read_trees(&self, ids: &[Id]) -> Result<Vec<Tree>> {
-        for id in ids {
-            self.check_tree(id)?;
+    /// groups them) with a single range GET; each its own answer. If the run cannot be
+    /// read whole (a damaged blob in it, say), each tree is read alone, so that one bad
+    /// tree fails only its own directory.
+    pub async fn read_trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
+        let whole = async {
+            for id in ids {
+                self.check_tree(id)?;
+            }
+            let raws = self.read_run(ids).await?;
+            ids.iter()
+                .zip(&raws)
+                .map(|(id, raw)| parse_tree(id, raw))
+                .collect::<Result<Vec<Tree>>>()
+        };
+        match whole.await {
+            Ok(trees) => trees.into_iter().map(Ok).collect(),
+            Err(_) if ids.len() > 1 => {
+                let mut each = Vec::with_capacity(ids.len());
+                for id in ids {
+                    each.push(self.read_tree(id).await);
+                }
+                each
+            }
+            Err(e) => vec![Err(e)],
         }
-        let raws = self.read_run(ids).await?;
-        ids.iter()
-            .zip(&raws)
-            .map(|(id, raw)| parse_tree(id, raw))
-            .collect()
     }
 
     /// Refuses an ID the index holds as a data blob where a tree is wanted.

@@ -15,19 +15,14 @@ use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::Tree;
 
-/// Runs of trees being read at once, at most.
+/// Runs of trees being read at once, at most. Memory: these runs, plus the trees of runs
+/// that came in and that the walk has not reached yet (at most a run's worth per directory
+/// level it is inside; `TREES_PER_RUN`).
 pub(super) const RUNS_AHEAD: usize = 4;
-
-/// One run spans at most this many stored bytes and holds at most `TREES_PER_RUN` trees
-/// (memory: `RUNS_AHEAD` runs of them, read and not yet walked).
-pub(super) const RUN_SPAN: u64 = 512 << 10;
-
-/// See [`RUN_SPAN`].
-pub(super) const TREES_PER_RUN: usize = 64;
 
 /// A run being read: its task, and the trees of it still wanted.
 struct Run {
-    task: JoinHandle<Result<Vec<Tree>>>,
+    task: JoinHandle<Vec<Result<Tree>>>,
     ids: Vec<Id>,
     wanted: usize,
 }
@@ -38,8 +33,9 @@ pub(super) struct Ahead {
     /// The run each tree being read belongs to.
     pending: HashMap<Id, u64>,
     runs: HashMap<u64, Run>,
-    /// Trees that came in with a run and the walk has not taken yet.
-    arrived: HashMap<Id, Tree>,
+    /// Trees that came in with a run (or the error of reading one) and the walk has not
+    /// taken yet.
+    arrived: HashMap<Id, Result<Tree>>,
     next_run: u64,
 }
 
@@ -74,12 +70,10 @@ impl Ahead {
         self.runs.insert(run, Run { task, ids, wanted });
     }
 
-    /// The tree `id` if it was read ahead (waiting for its run), `None` if it was not (or
-    /// its run failed for another tree's sake: the caller reads it alone and gets its own
-    /// answer).
+    /// The tree `id` if it was read ahead (waiting for its run), `None` if it was not.
     pub(super) fn take(&mut self, handle: &Handle, id: &Id) -> Option<Result<Tree>> {
         if let Some(tree) = self.arrived.remove(id) {
-            return Some(Ok(tree));
+            return Some(tree);
         }
         let number = self.pending.remove(id)?;
         let run = self.runs.remove(&number)?;
@@ -93,8 +87,7 @@ impl Ahead {
             self.pending.remove(i);
         }
         let trees = match handle.block_on(run.task) {
-            Ok(Ok(trees)) => trees,
-            Ok(Err(e)) => return Some(Err(e)),
+            Ok(trees) => trees,
             Err(e) => return Some(Err(RepoError::task("tree read-ahead", &e))),
         };
         let mut found = None;
@@ -105,7 +98,7 @@ impl Ahead {
                 self.arrived.insert(*i, tree);
             }
         }
-        found.map(Ok)
+        found
     }
 
     /// Drops the trees `ids` (subdirectories gone since the parent), read or being read;

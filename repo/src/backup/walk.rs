@@ -568,8 +568,8 @@ impl<S: Storage> Walker<S> {
                 .run_of(
                     rest.iter()
                         .take_while(|id| !had.has(id))
-                        .take(ahead::TREES_PER_RUN),
-                    ahead::RUN_SPAN,
+                        .take(crate::repository::TREES_PER_RUN),
+                    crate::repository::TREE_RUN_SPAN,
                 )
                 .max(1);
             *next += n;

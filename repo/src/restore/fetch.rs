@@ -1,11 +1,12 @@
 //! Fetching a file's content: planned as runs of chunks that lie next to each other in a
-//! pack (one range GET each), fetched a few runs ahead of the writer.
+//! pack (one range GET each), fetched a few runs ahead of the writer; and a directory's
+//! subdirectories' trees, in runs the same way, ahead of the walk.
 
 use bytes::Bytes;
 
 use crate::error::{RepoError, Result};
 use crate::id::Id;
-use crate::repository::Repository;
+use crate::repository::{Repository, TREE_RUN_SPAN, TREES_PER_RUN};
 use crate::storage::Storage;
 use crate::tree::{Content, Node, Tree};
 
@@ -27,21 +28,86 @@ impl<T> Drop for Task<T> {
     }
 }
 
-/// Subdirectory trees read ahead of the restore's walk, so that a tree of many small
-/// directories does not wait on one round trip per directory before its files start.
-pub const TREES_AHEAD: usize = 8;
+/// Runs of subdirectory trees read ahead of the restore's walk, at most: a tree of many
+/// small directories would otherwise wait on one round trip per directory before its
+/// files start. Each run is trees that lie next to each other in a pack, read with one
+/// range GET ([`Repository::read_trees`]; at most `TREES_PER_RUN` of them).
+pub const TREE_RUNS_AHEAD: usize = 4;
 
-/// Reads the tree `id` in a task of its own.
-pub(super) fn tree_ahead<S: Storage>(repo: &Repository<S>, id: Id) -> Task<Result<Tree>> {
-    let repo = repo.clone();
-    Task(tokio::spawn(async move { repo.read_tree(&id).await }))
+/// What [`TreesAhead`] holds for the next subdirectories, in order.
+enum Group {
+    /// A directory without a tree ID (the walk restores it empty).
+    Absent,
+    /// A run being read, for as many subdirectories as it has trees.
+    Run(Task<Vec<Result<Tree>>>),
 }
 
-/// The tree a [`tree_ahead`] task read.
-pub(super) async fn tree_read(mut task: Task<Result<Tree>>) -> Result<Tree> {
-    match (&mut task.0).await {
-        Ok(tree) => tree,
-        Err(e) => Err(RepoError::task("tree task", &e)),
+/// The trees of a directory's subdirectories, in the order the walk comes to them, read
+/// ahead in runs.
+pub(super) struct TreesAhead<S: Storage> {
+    repo: Repository<S>,
+    ids: Vec<Option<Id>>,
+    next: usize,
+    groups: std::collections::VecDeque<Group>,
+    /// The rest of the run the walk is in.
+    ready: std::collections::VecDeque<Result<Tree>>,
+}
+
+impl<S: Storage> TreesAhead<S> {
+    /// Starts reading the trees `ids` (one per subdirectory, `None` for one without).
+    pub(super) fn new(repo: &Repository<S>, ids: Vec<Option<Id>>) -> Self {
+        let mut ahead = Self {
+            repo: repo.clone(),
+            ids,
+            next: 0,
+            groups: std::collections::VecDeque::new(),
+            ready: std::collections::VecDeque::new(),
+        };
+        ahead.start();
+        ahead
+    }
+
+    fn start(&mut self) {
+        while self.groups.len() < TREE_RUNS_AHEAD && self.next < self.ids.len() {
+            let rest = &self.ids[self.next..];
+            let n = self
+                .repo
+                .run_of(
+                    rest.iter().map_while(Option::as_ref).take(TREES_PER_RUN),
+                    TREE_RUN_SPAN,
+                )
+                .max(1);
+            let group = if rest[0].is_none() {
+                Group::Absent
+            } else {
+                let ids: Vec<Id> = rest[..n].iter().flatten().copied().collect();
+                let repo = self.repo.clone();
+                Group::Run(Task(tokio::spawn(
+                    async move { repo.read_trees(&ids).await },
+                )))
+            };
+            self.next += n;
+            self.groups.push_back(group);
+        }
+    }
+
+    /// The next subdirectory's tree (`None` for one without a tree ID).
+    pub(super) async fn next_tree(&mut self) -> Option<Result<Tree>> {
+        if let Some(tree) = self.ready.pop_front() {
+            return Some(tree);
+        }
+        let group = self.groups.pop_front();
+        self.start();
+        match group? {
+            Group::Absent => None,
+            Group::Run(mut task) => {
+                match (&mut task.0).await {
+                    Ok(trees) => self.ready = trees.into(),
+                    Err(e) => return Some(Err(RepoError::task("tree task", &e))),
+                }
+                self.ready.pop_front()
+            }
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use futures::StreamExt as _;
 use rustix::fs::AtFlags;
 
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
-use super::fetch::{TREES_AHEAD, Task, tree_ahead, tree_read};
+use super::fetch::TreesAhead;
 use super::tally::Tally;
 use super::unfinished::Unfinished;
 use super::write::{new_file, unlink_symlink};
@@ -197,36 +197,22 @@ impl<S: Storage> Restorer<'_, S> {
             }
         }
 
-        // The subdirectories' trees are read while this directory's files are written,
-        // `TREES_AHEAD` at a time.
-        let (repo, trees) = (
-            self.repo,
-            subdirs.iter().map(|s| s.0.subtree).collect::<Vec<_>>(),
-        );
-        let mut ahead = std::collections::VecDeque::new();
-        let mut next = 0;
-        let mut read_ahead = |ahead: &mut std::collections::VecDeque<_>| {
-            while ahead.len() < TREES_AHEAD && next < trees.len() {
-                ahead.push_back(trees[next].map(|id| tree_ahead(repo, id)));
-                next += 1;
-            }
-        };
-        read_ahead(&mut ahead);
+        // The subdirectories' trees are read while this directory's files are written.
+        let mut ahead = TreesAhead::new(self.repo, subdirs.iter().map(|s| s.0.subtree).collect());
         self.write_files(dir, small, large, links).await?;
         for (node, name, rel, matched) in subdirs {
-            let tree = ahead.pop_front().flatten();
-            read_ahead(&mut ahead);
+            let tree = ahead.next_tree().await;
             wrote |= self.subdir(dir, tree, node, &name, &rel, matched).await?;
         }
         Ok(wrote)
     }
 
     /// Restores the subdirectory `node` (`name` in `dir`, `rel` from the target; all of it
-    /// when `matched`) from its tree, being read by `tree`. Returns whether it wrote any.
+    /// when `matched`) from its tree `tree`, as read ahead. Returns whether it wrote any.
     async fn subdir(
         &mut self,
         dir: &Arc<Dir>,
-        tree: Option<Task<Result<Tree>>>,
+        tree: Option<Result<Tree>>,
         node: &Node,
         name: &OsStr,
         rel: &str,
@@ -235,7 +221,7 @@ impl<S: Storage> Restorer<'_, S> {
         // A directory entered only because a pattern may match below it is removed again
         // when nothing did (unless it was there before), and a symlink that stood in its
         // place is put back.
-        let (link, existed, tree, sub) = match self.enter(tree, &dir.open, name).await {
+        let (link, existed, tree, sub) = match Self::enter(tree, &dir.open, name) {
             Ok(entered) => entered,
             Err(e) => {
                 self.tally.failed(rel, e).await?;
@@ -372,19 +358,15 @@ impl<S: Storage> Restorer<'_, S> {
         self.root.path.join(rel)
     }
 
-    /// Takes a directory node's tree (being read by `tree`), then makes its directory
+    /// Takes a directory node's tree (as read ahead: `tree`), then makes its directory
     /// `name` in `dir` and opens it: returns the target's symlink set aside there, whether
     /// a directory was there, the tree, and the open directory.
-    async fn enter(
-        &self,
-        tree: Option<Task<Result<Tree>>>,
+    fn enter(
+        tree: Option<Result<Tree>>,
         dir: &OpenDir,
         name: &OsStr,
     ) -> Result<(Option<PathBuf>, bool, Option<Tree>, OpenDir)> {
-        let tree = match tree {
-            Some(task) => Some(tree_read(task).await?),
-            None => None,
-        };
+        let tree = tree.transpose()?;
         let path = dir.display(name);
         let link = unlink_symlink(dir.fd(), name, &path)?;
         let existed = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW)

@@ -149,6 +149,19 @@ pub trait Hook: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = kura_repo::Result<()>> + Send;
 }
 
+/// Counting hook: the range GETs of packs.
+#[derive(Default)]
+pub struct RangeGets(pub std::sync::atomic::AtomicUsize);
+
+impl Hook for std::sync::Arc<RangeGets> {
+    async fn before(&self, op: Op, ft: kura_repo::FileType, _name: &str) -> kura_repo::Result<()> {
+        if (op, ft) == (Op::GetRange, kura_repo::FileType::Pack) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
 /// How long a slow read takes in [`InFlight::wait`]: as a far store's (B2, S3) answer.
 pub const DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
