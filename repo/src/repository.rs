@@ -398,9 +398,9 @@ impl<S: Storage> Repository<S> {
     }
 
     /// Reads trees that lie one after another in one pack (as [`Repository::run_of`]
-    /// groups them) with a single range GET; each its own answer. If the run cannot be
-    /// read whole (a damaged blob in it, say), each tree is read alone, so that one bad
-    /// tree fails only its own directory.
+    /// groups them) with a single range GET: one answer per ID, in order (callers pair
+    /// them by position). If the run cannot be read whole (a damaged blob in it, say),
+    /// each tree is read alone, so that one bad tree fails only its own directory.
     pub async fn read_trees(&self, ids: &[Id]) -> Vec<Result<Tree>> {
         let whole = async {
             for id in ids {
@@ -413,8 +413,8 @@ impl<S: Storage> Repository<S> {
                 .collect::<Result<Vec<Tree>>>()
         };
         match whole.await {
-            Ok(trees) => trees.into_iter().map(Ok).collect(),
-            Err(_) if ids.len() > 1 => {
+            Ok(trees) if trees.len() == ids.len() => trees.into_iter().map(Ok).collect(),
+            _ if ids.len() > 1 => {
                 let mut each = Vec::with_capacity(ids.len());
                 for id in ids {
                     each.push(self.read_tree(id).await);
@@ -422,6 +422,15 @@ impl<S: Storage> Repository<S> {
                 each
             }
             Err(e) => vec![Err(e)],
+            Ok(_) => ids
+                .iter()
+                .map(|id| {
+                    Err(RepoError::corrupt(
+                        format!("tree {}", id.short()),
+                        "not read with its run",
+                    ))
+                })
+                .collect(),
         }
     }
 

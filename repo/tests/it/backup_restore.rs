@@ -498,6 +498,65 @@ async fn a_restore_goes_on_past_a_file_in_a_damaged_pack() {
     );
 }
 
+/// Subdirectories' trees come in runs of up to 32, one range GET each (issue 27); a run
+/// that cannot be read whole is read tree by tree, so a damaged tree fails its own
+/// directory and not the 31 beside it in its run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_tree_fails_only_its_own_directory_and_not_the_others_read_with_it() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    // 16 empty files a directory, each with an xattr of 512 random bytes: trees of about
+    // 10 KiB, so that one 64 KiB segment of the stored pack holds a few of a run's 32.
+    for d in 0..100 {
+        let dir = data.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..16 {
+            let file = dir.join(format!("file-{d}-{f}"));
+            std::fs::write(&file, b"").unwrap();
+            set_xattr(&file, "user.kura.noise", &pseudo_random(512, d * 100 + f));
+        }
+    }
+    let mut repo = Repository::init(env.storage("tree-damage"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    let trees = crate::small_files::tree_packs(&repo, snap.tree).await;
+    let stored: Vec<_> = env
+        .stored_files()
+        .into_iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| trees.contains(n.to_string_lossy().as_ref()))
+        })
+        .collect();
+    assert_eq!(stored.len(), 1, "one pack of trees: {stored:?}");
+    assert!(
+        std::fs::metadata(&stored[0]).unwrap().len() > 4 * 65536,
+        "the trees span several segments"
+    );
+    damage(&stored, false);
+    let out = tempfile::tempdir().unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    let failed = summary.failed.len();
+    assert!(
+        (1..32).contains(&failed),
+        "{failed} directories failed: {:?}",
+        summary.failed
+    );
+    let whole = (0..100)
+        .filter(|d| {
+            std::fs::read_dir(out.path().join(format!("data/d{d:03}")))
+                .is_ok_and(|entries| entries.count() == 16)
+        })
+        .count();
+    assert_eq!(whole, 100 - failed, "every other directory came back whole");
+}
+
 /// A repository at `prefix` with one snapshot of a directory `data` holding `files`
 /// (name, content).
 pub async fn snapshot_of_data(
