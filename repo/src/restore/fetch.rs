@@ -38,8 +38,8 @@ pub const TREE_RUNS_AHEAD: usize = 4;
 enum Group {
     /// A directory without a tree ID (the walk restores it empty).
     Absent,
-    /// A run being read, for as many subdirectories as it has trees.
-    Run(Task<Vec<Result<Tree>>>),
+    /// A run being read, for this many subdirectories (as many as it has trees).
+    Run(Task<Vec<Result<Tree>>>, usize),
 }
 
 /// The trees of a directory's subdirectories, in the order the walk comes to them, read
@@ -82,9 +82,10 @@ impl<S: Storage> TreesAhead<S> {
             } else {
                 let ids: Vec<Id> = rest[..n].iter().flatten().copied().collect();
                 let repo = self.repo.clone();
-                Group::Run(Task(tokio::spawn(
-                    async move { repo.read_trees(&ids).await },
-                )))
+                Group::Run(
+                    Task(tokio::spawn(async move { repo.read_trees(&ids).await })),
+                    n,
+                )
             };
             self.next += n;
             self.groups.push_back(group);
@@ -100,11 +101,18 @@ impl<S: Storage> TreesAhead<S> {
         self.start();
         match group? {
             Group::Absent => None,
-            Group::Run(mut task) => {
-                match (&mut task.0).await {
-                    Ok(trees) => self.ready = trees.into(),
-                    Err(e) => return Some(Err(RepoError::task("tree task", &e))),
-                }
+            Group::Run(mut task, n) => {
+                // One answer for each of the run's subdirectories, whatever happened, so
+                // that the next ones get their own trees.
+                self.ready = match (&mut task.0).await {
+                    Ok(trees) if trees.len() == n => trees.into(),
+                    Ok(_) => (0..n)
+                        .map(|_| Err(RepoError::Invalid("a run of trees came back short".into())))
+                        .collect(),
+                    Err(e) => (0..n)
+                        .map(|_| Err(RepoError::task("tree task", &e)))
+                        .collect(),
+                };
                 self.ready.pop_front()
             }
         }
