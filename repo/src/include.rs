@@ -26,6 +26,12 @@ impl Include {
         }
     }
 
+    /// Whether this selects everything (no patterns).
+    #[must_use]
+    pub fn is_all(&self) -> bool {
+        self.set.is_none()
+    }
+
     /// The entries matching any of `patterns` (surrounding `/` ignored); everything when
     /// there are none.
     ///

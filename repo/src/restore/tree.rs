@@ -110,7 +110,7 @@ pub(super) async fn restore_tree<S: Storage>(
     if let Some(unfinished) = unfinished
         && !tally.writer_lost()
     {
-        unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd));
+        unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd), include.is_all());
     }
     tally.finish()
 }

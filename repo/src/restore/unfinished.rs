@@ -5,8 +5,10 @@
 //! without). A restore that is killed leaves the marker behind, which says that the
 //! files being written at that moment may be short; a restore that ends, with failures
 //! listed or giving up, has left no such file (each one failed is removed) and takes the
-//! marker away. Without a marker (the target refuses one), every file goes through a
-//! temporary name as before.
+//! marker away. A marker a killed restore left is taken away only by a restore of the
+//! whole snapshot, which rewrites every file: one of some paths (`--include`) leaves the
+//! others as the killed one left them. Without a marker (the target refuses one), every
+//! file goes through a temporary name as before.
 
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
@@ -18,6 +20,8 @@ pub const UNFINISHED: &str = ".kura-restore-unfinished";
 /// The marker, made by this restore or left by one that was killed.
 pub(super) struct Unfinished {
     file: OwnedFd,
+    /// Whether a killed restore left it (it was there before this one).
+    inherited: bool,
 }
 
 impl Unfinished {
@@ -31,16 +35,29 @@ impl Unfinished {
             | OFlags::NONBLOCK
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
-        let file = rustix::fs::openat(top, UNFINISHED, flags, Mode::from_raw_mode(0o600)).ok()?;
+        let mode = Mode::from_raw_mode(0o600);
+        let (file, inherited) =
+            match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
+                Ok(file) => (file, false),
+                Err(rustix::io::Errno::EXIST) => (
+                    rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?,
+                    true,
+                ),
+                Err(_) => return None,
+            };
         let st = rustix::fs::fstat(&file).ok()?;
         rustix::fs::FileType::from_raw_mode(st.st_mode)
             .is_file()
-            .then_some(Self { file })
+            .then_some(Self { file, inherited })
     }
 
     /// Takes the marker away, if the name still is this restore's marker (a snapshot may
-    /// hold a file of that name at its top, restored over it).
-    pub(super) fn finished(self, top: BorrowedFd<'_>) {
+    /// hold a file of that name at its top, restored over it), unless a killed restore
+    /// left it and this one restored only part of the snapshot (`everything` false).
+    pub(super) fn finished(self, top: BorrowedFd<'_>, everything: bool) {
+        if self.inherited && !everything {
+            return;
+        }
         let (Ok(ours), Ok(there)) = (
             rustix::fs::fstat(self.file.as_fd()),
             rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW),

@@ -172,7 +172,7 @@ impl Hook for Arc<HangAfter> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_restore_stopped_part_way_leaves_its_marker_and_the_next_one_takes_it_away() {
+async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore_takes_away() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
@@ -213,6 +213,20 @@ async fn a_restore_stopped_part_way_leaves_its_marker_and_the_next_one_takes_it_
     assert!(
         out.path().join(UNFINISHED).is_file(),
         "a restore stopped part-way says so"
+    );
+    // A restore of one directory leaves the others as the stopped one left them.
+    let part = restore(
+        &repo,
+        &snap.tree,
+        out.path(),
+        &Include::new(&["data/d0".to_string()]).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(part.failed.is_empty(), "{:?}", part.failed);
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "a partial restore keeps the marker a stopped one left"
     );
 
     let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
