@@ -7,15 +7,21 @@
 //! listed or giving up, has left no such file (each one failed is removed) and takes the
 //! marker away. A marker a killed restore left is taken away only by a restore of the
 //! whole snapshot, which rewrites every file: one of some paths (`--include`) leaves the
-//! others as the killed one left them. Without a marker (the target refuses one), every
-//! file goes through a temporary name as before.
+//! others as the killed one left them. Each restore holds a shared `flock` on the marker
+//! while it runs, and takes the marker away only if it can lock it alone: a restore that
+//! ends while another one into the same target is still writing leaves it to that one.
+//! Without a marker (the target refuses one, or it cannot be locked), every file goes
+//! through a temporary name as before.
 
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 
 /// The marker's name, at the top of the target.
 pub const UNFINISHED: &str = ".kura-restore-unfinished";
+
+/// Opens of the marker tried before a restore goes without it.
+const LOCK_TRIES: usize = 50;
 
 /// The marker, made by this restore or left by one that was killed.
 pub(super) struct Unfinished {
@@ -36,19 +42,38 @@ impl Unfinished {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         let mode = Mode::from_raw_mode(0o600);
-        let (file, inherited) =
-            match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
-                Ok(file) => (file, false),
-                Err(rustix::io::Errno::EXIST) => (
-                    rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?,
-                    true,
-                ),
+        // A restore ending at this moment may take the marker away between the open and
+        // the lock: then the name is opened again.
+        for _ in 0..LOCK_TRIES {
+            let (file, inherited) =
+                match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
+                    Ok(file) => (file, false),
+                    Err(rustix::io::Errno::EXIST) => (
+                        rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?,
+                        true,
+                    ),
+                    Err(_) => return None,
+                };
+            let st = rustix::fs::fstat(&file).ok()?;
+            if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+                return None;
+            }
+            match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    // Held alone for a moment by a restore taking it away.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                // A file system without locks: no marker, temporary names for all.
                 Err(_) => return None,
-            };
-        let st = rustix::fs::fstat(&file).ok()?;
-        rustix::fs::FileType::from_raw_mode(st.st_mode)
-            .is_file()
-            .then_some(Self { file, inherited })
+            }
+            let there = rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW).ok();
+            if there.is_some_and(|t| (t.st_dev, t.st_ino) == (st.st_dev, st.st_ino)) {
+                return Some(Self { file, inherited });
+            }
+        }
+        None
     }
 
     /// Takes the marker away, if the name still is this restore's marker (a snapshot may
@@ -56,6 +81,11 @@ impl Unfinished {
     /// left it and this one restored only part of the snapshot (`everything` false).
     pub(super) fn finished(self, top: BorrowedFd<'_>, everything: bool) {
         if self.inherited && !everything {
+            return;
+        }
+        // Another restore into this target still runs (its shared lock): it takes the
+        // marker away when it ends.
+        if rustix::fs::flock(self.file.as_fd(), FlockOperation::NonBlockingLockExclusive).is_err() {
             return;
         }
         let (Ok(ours), Ok(there)) = (

@@ -172,7 +172,8 @@ impl Hook for Arc<HangAfter> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore_takes_away() {
+async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore_after_it_takes_away()
+ {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
@@ -204,12 +205,32 @@ async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore
     .unwrap();
     let out = tempfile::tempdir().unwrap();
 
-    let stopped = tokio::time::timeout(
-        Duration::from_secs(2),
-        restore(&hanging, &snap.tree, out.path(), &Include::all()),
-    )
+    // The first restore hangs on its GETs, still running, while a whole one ends beside
+    // it: the marker stays, since the first one may be writing.
+    let running = {
+        let (tree, target) = (snap.tree, out.path().to_path_buf());
+        tokio::spawn(async move { restore(&hanging, &tree, &target, &Include::all()).await })
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(2), async {
+        while hook.free.load(SeqCst) > 0 || !out.path().join(UNFINISHED).is_file() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
     .await;
-    assert!(stopped.is_err(), "the restore was to wait on its GETs");
+    assert!(waited.is_ok(), "the first restore made its marker and hung");
+    let beside = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(beside.failed.is_empty(), "{:?}", beside.failed);
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "a restore that ends while another one still runs leaves the marker to it"
+    );
+    running.abort();
+    assert!(
+        running.await.is_err(),
+        "the restore was to wait on its GETs"
+    );
     assert!(
         out.path().join(UNFINISHED).is_file(),
         "a restore stopped part-way says so"
