@@ -23,17 +23,20 @@ pub const UNFINISHED: &str = ".kura-restore-unfinished";
 /// Opens of the marker tried before a restore goes without it.
 const LOCK_TRIES: usize = 50;
 
-/// The marker, made by this restore or left by one that was killed.
+/// The marker, made by this restore, left by one that was killed, or held by one that
+/// still runs; locked shared by this restore.
 pub(super) struct Unfinished {
     file: OwnedFd,
-    /// Whether a killed restore left it (it was there before this one).
+    /// Whether it was there before this restore (left by a killed one, or held by one
+    /// still running).
     inherited: bool,
 }
 
 impl Unfinished {
-    /// Makes the marker in the target's top directory `top`, or opens the one a killed
-    /// restore left; never follows a symlink or opens another kind of file there (a FIFO
-    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made.
+    /// Makes the marker in the target's top directory `top`, or opens the one there, and
+    /// locks it shared; never follows a symlink or opens another kind of file there (a FIFO
+    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made
+    /// or locked.
     pub(super) fn mark(top: BorrowedFd<'_>) -> Option<Self> {
         let flags = OFlags::WRONLY
             | OFlags::CREATE
@@ -77,8 +80,9 @@ impl Unfinished {
     }
 
     /// Takes the marker away, if the name still is this restore's marker (a snapshot may
-    /// hold a file of that name at its top, restored over it), unless a killed restore
-    /// left it and this one restored only part of the snapshot (`everything` false).
+    /// hold a file of that name at its top, restored over it), unless it was there before
+    /// and this one restored only part of the snapshot (`everything` false), or another
+    /// restore still holds its lock.
     pub(super) fn finished(self, top: BorrowedFd<'_>, everything: bool) {
         if self.inherited && !everything {
             return;
