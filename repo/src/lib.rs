@@ -54,7 +54,9 @@ mod select;
 mod session;
 mod snapshot;
 mod storage;
+mod task;
 mod tree;
+mod trees_ahead;
 
 pub use backup::{BlockMap, BlockOptions, Options as BackupOptions, Source, backup};
 pub use blob::{BlobType, Compression};

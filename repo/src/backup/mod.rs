@@ -3,7 +3,6 @@
 //! each, depending one way only:
 //!
 //! - `walk.rs`: the sources and directory trees, each entry's metadata and xattrs;
-//! - `ahead.rs`: the parent snapshot's trees, read ahead of the walk in runs of a pack;
 //! - `command.rs`: the command whose output a `Source::Command` stores, and its exit;
 //! - `meta.rs`: an entry's metadata from one `statx` by its name in its open directory;
 //! - `read.rs`: opening a listed file safely (the file listed, not what replaced it);
@@ -19,7 +18,6 @@
 //! whatever the data. Chunks are hashed and compressed on every core in batches
 //! (`par_map`).
 
-mod ahead;
 mod block;
 mod chunk;
 mod command;

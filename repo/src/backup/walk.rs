@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::FileType;
 
-use super::ahead::{self, Ahead};
 use super::block::{BlockOptions, ParentBlock};
 use super::chunk::Chunker;
 use super::command::Child;
@@ -28,6 +27,7 @@ use crate::id::Id;
 use crate::snapshot::Summary;
 use crate::storage::Storage;
 use crate::tree::{Content, Node, NodeType, Tree};
+use crate::trees_ahead::TreesAhead;
 
 /// How close to its parent backup's start a file's mtime or ctime may be and the file
 /// still be taken as unchanged, in ns: the coarsest timestamp step of a file system kura
@@ -114,8 +114,9 @@ pub(super) struct Walker<S: Storage> {
     xattrs_recorded: bool,
     /// What a `--block` backup read, for its snapshot.
     pub(super) block: Option<crate::snapshot::BlockRecord>,
-    /// The parent's subtrees being read ahead of the walk.
-    ahead: Ahead,
+    /// Per directory level the walk is inside, the parent's subtrees of that directory
+    /// being read ahead, and the first position of each tree ID among them.
+    ahead: Vec<(TreesAhead<S>, HashMap<Id, usize>)>,
 }
 
 impl<S: Storage> Walker<S> {
@@ -131,7 +132,7 @@ impl<S: Storage> Walker<S> {
             parent_xattrs: false,
             xattrs_recorded: false,
             block: None,
-            ahead: Ahead::default(),
+            ahead: Vec::new(),
         })
     }
 
@@ -470,13 +471,23 @@ impl<S: Storage> Walker<S> {
     /// its name in `dir`, never by a path.
     fn read_dir(&mut self, dir: &OpenDir, before: Option<Id>) -> Result<Option<Tree>> {
         let parent = match before {
-            Some(id) => Some(match self.ahead.take(self.packer.handle(), &id) {
-                Some(tree) => tree?,
-                None => self
-                    .packer
-                    .handle()
-                    .block_on(self.packer.repo().read_tree(&id))?,
-            }),
+            Some(id) => {
+                // Read ahead by the directory above, unless it was the first of two alike.
+                let ahead = match self.ahead.last_mut() {
+                    Some((ahead, index)) => match index.get(&id) {
+                        Some(&at) => self.packer.handle().block_on(ahead.tree_at(at)),
+                        None => None,
+                    },
+                    None => None,
+                };
+                Some(match ahead {
+                    Some(tree) => tree?,
+                    None => self
+                        .packer
+                        .handle()
+                        .block_on(self.packer.repo().read_tree(&id))?,
+                })
+            }
             None => None,
         };
         // The parent's subdirectories' trees, in the order the walk comes to them (both
@@ -493,7 +504,6 @@ impl<S: Storage> Walker<S> {
             .rev()
             .map(|(i, id)| (*id, i))
             .collect();
-        let mut next_ahead = 0;
         let entries = match rustix::fs::Dir::read_from(dir.fd()) {
             Ok(e) => e,
             Err(e) => {
@@ -501,7 +511,6 @@ impl<S: Storage> Walker<S> {
                 return Ok(None);
             }
         };
-        let mut tree = Tree::default();
         let mut names = Vec::new();
         for entry in entries {
             match entry {
@@ -519,10 +528,30 @@ impl<S: Storage> Walker<S> {
             }
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        // The parent's subtrees are read ahead while the entries before them are walked;
+        // those of subdirectories gone since the parent stop when the directory is done.
+        let ahead = {
+            let _runtime = self.packer.handle().enter();
+            TreesAhead::new(self.packer.repo(), subtrees.into_iter().map(Some).collect())
+        };
+        self.ahead.push((ahead, index));
+        let tree = self.entries(dir, parent.as_ref(), names);
+        self.ahead.pop();
+        tree.map(Some)
+    }
+
+    /// The tree of the entries `names` of the open directory `dir` (sorted), beside the
+    /// parent snapshot's tree of it.
+    fn entries(
+        &mut self,
+        dir: &OpenDir,
+        parent: Option<&Tree>,
+        names: Vec<std::ffi::OsString>,
+    ) -> Result<Tree> {
+        let mut tree = Tree::default();
         for name in names {
             let path = dir.display(&name);
-            let before = parent.as_ref().and_then(|t| t.find(&name));
-            self.read_ahead(&subtrees, &index, &mut next_ahead, before);
+            let before = parent.and_then(|t| t.find(&name));
             let at = Entry {
                 dir,
                 name: &name,
@@ -533,50 +562,7 @@ impl<S: Storage> Walker<S> {
             }
             self.report();
         }
-        // Subdirectories gone since the parent: their trees are not needed.
-        self.ahead.forget(&subtrees);
-        Ok(Some(tree))
-    }
-
-    /// Starts reading the parent's subtrees from the one of `before` (the entry the walk
-    /// is at) on, in runs of trees that lie next to each other in a pack, while fewer than
-    /// `RUNS_AHEAD` runs are being read.
-    fn read_ahead(
-        &mut self,
-        subtrees: &[Id],
-        index: &HashMap<Id, usize>,
-        next: &mut usize,
-        before: Option<&Node>,
-    ) {
-        if let Some(&at) = before.and_then(|b| b.subtree).and_then(|id| index.get(&id)) {
-            *next = (*next).max(at);
-        }
-        while *next < subtrees.len() && self.ahead.in_flight() < ahead::RUNS_AHEAD {
-            let rest = &subtrees[*next..];
-            if self.ahead.has(&rest[0]) {
-                // A tree twice in the parent (two directories alike) is read once, for the
-                // first; the second is read alone when the walk comes to it.
-                *next += 1;
-                continue;
-            }
-            // A run ends where the pack's next blob is not the next tree wanted, so a
-            // tree is in it once.
-            let had = &self.ahead;
-            let n = self
-                .packer
-                .repo()
-                .run_of(
-                    rest.iter()
-                        .take_while(|id| !had.has(id))
-                        .take(crate::repository::TREES_PER_RUN),
-                    crate::repository::TREE_RUN_SPAN,
-                )
-                .max(1);
-            *next += n;
-            let ids = rest[..n].to_vec();
-            self.ahead
-                .start(self.packer.repo(), self.packer.handle(), ids);
-        }
+        Ok(tree)
     }
 
     /// Content-defined chunks of a stream, counted as read.

@@ -17,7 +17,6 @@ use futures::StreamExt as _;
 use rustix::fs::AtFlags;
 
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
-use super::fetch::TreesAhead;
 use super::tally::Tally;
 use super::unfinished::Unfinished;
 use super::write::{new_file, unlink_symlink};
@@ -27,6 +26,7 @@ use crate::include::Include;
 use crate::repository::Repository;
 use crate::storage::Storage;
 use crate::tree::{Node, NodeType, Tree};
+use crate::trees_ahead::TreesAhead;
 
 /// Counts of what a restore wrote.
 #[derive(Debug, Default)]
@@ -200,8 +200,8 @@ impl<S: Storage> Restorer<'_, S> {
         // The subdirectories' trees are read while this directory's files are written.
         let mut ahead = TreesAhead::new(self.repo, subdirs.iter().map(|s| s.0.subtree).collect());
         self.write_files(dir, small, large, links).await?;
-        for (node, name, rel, matched) in subdirs {
-            let tree = ahead.next_tree().await;
+        for (at, (node, name, rel, matched)) in subdirs.into_iter().enumerate() {
+            let tree = ahead.tree_at(at).await;
             wrote |= self.subdir(dir, tree, node, &name, &rel, matched).await?;
         }
         Ok(wrote)
