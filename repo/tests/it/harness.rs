@@ -149,6 +149,16 @@ pub trait Hook: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = kura_repo::Result<()>> + Send;
 }
 
+/// `n` directories `d000`, `d001`... under `root`, each holding one small file `f`: a
+/// tree whose trees are many and small, for the tests of reading them in runs.
+pub fn dirs_of_one_file(root: &std::path::Path, n: u64) {
+    for d in 0..n {
+        let dir = root.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), pseudo_random(100, d)).unwrap();
+    }
+}
+
 /// Counting hook: the range GETs of packs.
 #[derive(Default)]
 pub struct RangeGets(pub std::sync::atomic::AtomicUsize);

@@ -206,11 +206,7 @@ async fn a_restore_reads_the_trees_of_many_directories_in_a_few_range_gets() {
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     let data = src.path().join("data");
-    for d in 0..150 {
-        let dir = data.join(format!("d{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("f"), pseudo_random(100, d)).unwrap();
-    }
+    crate::harness::dirs_of_one_file(&data, 150);
     let mut repo = Repository::init(env.storage("tree-runs"), small_params())
         .await
         .unwrap();

@@ -137,11 +137,7 @@ async fn a_re_run_reads_the_parents_trees_of_many_directories_in_a_few_range_get
     let env = Env::start().await;
     let src = tempfile::tempdir().unwrap();
     let root = src.path().join("data");
-    for d in 0..150 {
-        let dir = root.join(format!("d{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("f"), pseudo_random(100, d)).unwrap();
-    }
+    crate::harness::dirs_of_one_file(&root, 150);
     settle();
     let mut repo = Repository::init(env.storage("runs"), small_params())
         .await
