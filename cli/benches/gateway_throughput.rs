@@ -16,6 +16,7 @@
     reason = "throughput figures are approximate by nature"
 )]
 
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -315,6 +316,52 @@ async fn parallel(
     [put, get]
 }
 
+/// One way to the upstream (direct, through the gateway, through the forwarder) and what
+/// each round measured on it: per fan-out (1 stream, many), the PUT's and the GET's time and
+/// the CPU seconds its proxy process spent.
+struct Route {
+    name: &'static str,
+    client: Client,
+    bucket: &'static str,
+    pid: Option<u32>,
+    runs: [Vec<[(Duration, f64); 2]>; 2],
+}
+
+impl Route {
+    fn new(name: &'static str, client: Client, bucket: &'static str, pid: Option<u32>) -> Self {
+        let runs = [Vec::new(), Vec::new()];
+        Self {
+            name,
+            client,
+            bucket,
+            pid,
+            runs,
+        }
+    }
+}
+
+/// "median unit [least-most]" of `f` over `xs`.
+fn spread(xs: &[f64], f: impl Fn(f64) -> f64, unit: &str) -> String {
+    let mut v: Vec<f64> = xs.iter().map(|&x| f(x)).collect();
+    v.sort_by(f64::total_cmp);
+    let median = if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        f64::midpoint(v[v.len() / 2 - 1], v[v.len() / 2])
+    };
+    let (lo, hi) = (v[0], v[v.len() - 1]);
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {unit}")
+    };
+    if lo.abs() >= 10.0 {
+        format!("{median:.0}{unit} [{lo:.0}-{hi:.0}]")
+    } else {
+        format!("{median:.2}{unit} [{lo:.2}..{hi:.2}]")
+    }
+}
+
 async fn delete(c: &Client, bucket: &str, key: &str) {
     c.delete_object()
         .bucket(bucket)
@@ -406,10 +453,6 @@ async fn main() {
         Ok("unsigned") => vec![Put::Unsigned],
         _ => vec![Put::Unsigned, Put::SignedChunks, Put::Signed],
     };
-    // The gateway's CPU per GiB on the runs the forwarder repeats, to print its cost above it.
-    let (mut put_cpu, mut get_cpu) = (None, None);
-    // The direct whole GET's time, to show the forwarder's ratio next to the gateway's.
-    let mut direct_get = Duration::MAX;
     for mode in modes {
         let key = mode.key();
         let d = put(
@@ -425,9 +468,7 @@ async fn main() {
         let user0 = user_cpu(pid);
         let g = put(&via, "gateway-bench", key, &file, mode).await;
         let (cpu1, _, _) = usage(pid);
-        if matches!(mode, Put::Unsigned) {
-            put_cpu = Some((cpu1 - cpu0) / gib);
-        } else {
+        if !matches!(mode, Put::Unsigned) {
             // Only the first is read back; the others need not fill the disk.
             delete(&direct, "direct-bench", key).await;
             delete(&via, "gateway-bench", key).await;
@@ -443,41 +484,91 @@ async fn main() {
         let user0 = user_cpu(pid);
         let g_get = get(&via, "gateway-bench", "unsigned", len, ranged).await;
         let (cpu1, _, _) = usage(pid);
-        if !ranged {
-            get_cpu = Some((cpu1 - cpu0) / gib);
-            direct_get = d_get;
-        }
         row(label, d_get, g_get, cpu1 - cpu0, user_cpu(pid) - user0);
     }
     delete(&direct, "direct-bench", "unsigned").await;
     delete(&via, "gateway-bench", "unsigned").await;
-    // Many streams at once: the same bytes in `streams` objects, PUT at once, then GET.
     let streams: u64 = std::env::var("KURA_BENCH_STREAMS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8)
         .max(1);
-    let part = len / streams;
-    let moved = part * streams;
-    let moved_gib = moved as f64 / f64::from(1u32 << 30);
-    let no_cpu = || 0.0;
-    let d_many = parallel(&direct, "direct-bench", &file, part, streams, &no_cpu).await;
-    let g_many = parallel(&via, "gateway-bench", &file, part, streams, &|| {
-        usage(pid).0
-    })
-    .await;
-    for (label, d, g) in [("PUT", d_many[0], g_many[0]), ("GET", d_many[1], g_many[1])] {
-        println!(
-            "{streams} streams, {label} UNSIGNED-PAYLOAD   direct {:>7.1} MB/s  via gateway {:>7.1} MB/s  ratio {:.2}  gateway CPU {:.3} s/GiB",
-            mbps(moved, d.0),
-            mbps(moved, g.0),
-            d.0.as_secs_f64() / g.0.as_secs_f64(),
-            g.1 / moved_gib,
-        );
+    let rounds: usize = std::env::var("KURA_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let forwarder = start_forwarder(upstream);
+    let mut paths = vec![
+        Route::new("direct", direct.clone(), "direct-bench", None),
+        Route::new("gateway", via.clone(), "gateway-bench", Some(pid)),
+    ];
+    if let Some((fwd, addr)) = &forwarder {
+        let c = client(*addr, UP_AK, UP_SK, Put::Unsigned);
+        paths.push(Route::new("socat", c, "direct-bench", Some(fwd.id())));
+    }
+    // Each round moves the bytes once per path, as 1 object and as `streams` objects at
+    // once; the order of the paths turns each round, so that none always comes first
+    // (the first writes of a round may pay the VM's page faults, see `embedded`).
+    for round in 0..rounds {
+        for (n, fan) in [1, streams].into_iter().enumerate() {
+            let count = paths.len();
+            for k in 0..count {
+                let p = &mut paths[(round + k) % count];
+                let cpu = |pid: Option<u32>| move || pid.map_or(0.0, tree_cpu);
+                let r = parallel(&p.client, p.bucket, &file, len / fan, fan, &cpu(p.pid)).await;
+                p.runs[n].push(r);
+            }
+        }
+    }
+    let moved = |fan: u64| (len / fan) * fan;
+    println!("{rounds} interleaved rounds (median, and the range in brackets), UNSIGNED-PAYLOAD:");
+    for (n, fan) in [1, streams].into_iter().enumerate() {
+        let gib = moved(fan) as f64 / f64::from(1u32 << 30);
+        for (phase, label) in ["PUT", "GET"].into_iter().enumerate() {
+            let secs = |p: &Route| -> Vec<f64> {
+                p.runs[n].iter().map(|r| r[phase].0.as_secs_f64()).collect()
+            };
+            let direct_secs = secs(&paths[0]);
+            let mut line = format!(
+                "{fan} stream(s), {label}: direct {}",
+                spread(&direct_secs, |s| moved(fan) as f64 / s / 1e6, "MB/s")
+            );
+            for p in &paths[1..] {
+                let ratios: Vec<f64> = secs(p)
+                    .iter()
+                    .zip(&direct_secs)
+                    .map(|(s, d)| d / s)
+                    .collect();
+                let cpu: Vec<f64> = p.runs[n].iter().map(|r| r[phase].1 / gib).collect();
+                write!(
+                    line,
+                    "; {} {}, {} of direct, {}",
+                    p.name,
+                    spread(&secs(p), |s| moved(fan) as f64 / s / 1e6, "MB/s"),
+                    spread(&ratios, |r| r, ""),
+                    spread(&cpu, |c| c, "s/GiB"),
+                )
+                .unwrap();
+            }
+            println!("{line}");
+            if let [_, gw, fwd] = &paths[..] {
+                // Per round, so that a round where the machine was slow for both counts once.
+                let above: Vec<f64> = gw.runs[n]
+                    .iter()
+                    .zip(&fwd.runs[n])
+                    .map(|(g, f)| (g[phase].1 - f[phase].1) / gib)
+                    .collect();
+                println!(
+                    "{fan} stream(s), {label}: gateway CPU above socat's {}",
+                    spread(&above, |a| a, "s/GiB")
+                );
+            }
+        }
     }
     let (_, _, hwm) = usage(pid);
     println!(
-        "(gateway CPU is user + kernel time; the kernel part is mostly its two loopback sockets per request)"
+        "(CPU is user + kernel time; the kernel part is mostly the proxy's two loopback sockets per request)"
     );
     println!(
         "gateway resident memory: {} MiB at start, peak {} MiB, growth {} MiB",
@@ -485,44 +576,7 @@ async fn main() {
         hwm / 1024,
         hwm.saturating_sub(rss0) / 1024
     );
-    if let Some((mut fwd, fwd_addr)) = start_forwarder(upstream) {
-        let c = client(fwd_addr, UP_AK, UP_SK, Put::Unsigned);
-        let fpid = fwd.id();
-        let cpu0 = tree_cpu(fpid);
-        let d = put(&c, "direct-bench", "forwarded", &file, Put::Unsigned).await;
-        let cpu1 = tree_cpu(fpid);
-        let g = get(&c, "direct-bench", "forwarded", len, false).await;
-        let cpu2 = tree_cpu(fpid);
-        delete(&c, "direct-bench", "forwarded").await;
-        println!(
-            "floor: a plain TCP forwarder (socat, 1 MiB buffers) in the gateway's place: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s ({:.2} of direct), {:.3} s/GiB",
-            mbps(len, d),
-            (cpu1 - cpu0) / gib,
-            mbps(len, g),
-            direct_get.as_secs_f64() / g.as_secs_f64(),
-            (cpu2 - cpu1) / gib
-        );
-        if let (Some(p), Some(g)) = (put_cpu, get_cpu) {
-            println!(
-                "gateway CPU above the floor: PUT {:.3} s/GiB, GET {:.3} s/GiB",
-                p - (cpu1 - cpu0) / gib,
-                g - (cpu2 - cpu1) / gib
-            );
-        }
-        let f_many = parallel(&c, "direct-bench", &file, part, streams, &|| tree_cpu(fpid)).await;
-        println!(
-            "floor, {streams} streams: PUT {:.1} MB/s, {:.3} s/GiB; GET {:.1} MB/s ({:.2} of direct), {:.3} s/GiB",
-            mbps(moved, f_many[0].0),
-            f_many[0].1 / moved_gib,
-            mbps(moved, f_many[1].0),
-            d_many[1].0.as_secs_f64() / f_many[1].0.as_secs_f64(),
-            f_many[1].1 / moved_gib,
-        );
-        println!(
-            "gateway CPU above the floor, {streams} streams: PUT {:.3} s/GiB, GET {:.3} s/GiB",
-            (g_many[0].1 - f_many[0].1) / moved_gib,
-            (g_many[1].1 - f_many[1].1) / moved_gib,
-        );
+    if let Some((mut fwd, _)) = forwarder {
         let _ = fwd.kill();
         let _ = fwd.wait();
     }
