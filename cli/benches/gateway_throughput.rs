@@ -1,8 +1,10 @@
 //! PUT and GET of one large object through `kura gateway` (a separate process) and
-//! directly to the same upstream, in one run, then of the same bytes as several objects at
-//! once (`KURA_BENCH_STREAMS`, default 8); prints throughput, the ratio, the gateway's CPU
-//! seconds per GiB moved, its cost above a plain forwarder (socat) for 1 and for many
-//! streams, and the growth of its resident memory.
+//! directly to the same upstream, in one run; then rounds (`KURA_BENCH_ROUNDS`, default 5)
+//! that move the same bytes as one object and as several at once (`KURA_BENCH_STREAMS`,
+//! default 8) directly, through the gateway and through a plain forwarder (socat). Prints
+//! throughput, the ratio, the gateway's CPU seconds per GiB moved, the medians over the
+//! rounds with the gateway's cost above the forwarder's, and the growth of its resident
+//! memory.
 //!
 //! `cargo bench -p kura --bench gateway_throughput` (1 GiB; `KURA_BENCH_MIB=5117` for the
 //! memory check at the largest single PUT kura accepts, just under 5 GiB). The upstream is
