@@ -66,7 +66,7 @@ pub async fn restore<S: Storage>(
 ) -> Result<RestoreSummary> {
     std::fs::create_dir_all(target).map_err(|e| RepoError::io(target, e))?;
     let tree = repo.read_tree(root).await?;
-    tree::restore_tree(repo, include, tree, target).await
+    tree::restore_tree(repo, include, root, tree, target).await
 }
 
 /// Writes the content of a file node to `out` (for `kura restore SNAP -`).

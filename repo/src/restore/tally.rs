@@ -93,6 +93,13 @@ impl<'a, S: Storage> Tally<'a, S> {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Whether every entry was restored: none listed as failed (metadata aside), and the
+    /// restore did not give up.
+    pub(super) fn wrote_every_entry(&self) -> bool {
+        let state = self.state();
+        state.summary.failed.is_empty() && state.gave_up.is_none() && !state.writer_lost
+    }
+
     /// Whether a task that wrote files was lost: a file may have been left short.
     pub(super) fn writer_lost(&self) -> bool {
         self.state().writer_lost

@@ -22,6 +22,7 @@ use super::unfinished::Unfinished;
 use super::write::{new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
+use crate::id::Id;
 use crate::include::Include;
 use crate::repository::Repository;
 use crate::storage::Storage;
@@ -64,6 +65,7 @@ pub const FAILURES_IN_A_ROW: usize = 16;
 pub(super) async fn restore_tree<S: Storage>(
     repo: &Repository<S>,
     include: &Include,
+    root_tree: &Id,
     tree: Tree,
     target: &Path,
 ) -> Result<RestoreSummary> {
@@ -74,7 +76,7 @@ pub(super) async fn restore_tree<S: Storage>(
         fd,
         path: top.path.clone(),
     };
-    let unfinished = Unfinished::mark(top.fd());
+    let unfinished = Unfinished::mark(top.fd(), root_tree, include.is_all());
     let root_fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
     let tally = Tally::new(repo);
     let (queue, queued) = tokio::sync::mpsc::channel(FILES_QUEUED);
@@ -106,11 +108,13 @@ pub(super) async fn restore_tree<S: Storage>(
     };
     // Boxed: the walk's state is large, and a caller's future need not hold it.
     futures::join!(Box::pin(walk), Box::pin(write));
-    // Every file is whole or removed now, unless a writer was lost on the way.
+    // Every file is whole or removed now, unless a writer was lost on the way: then the
+    // restore counts as stopped.
     if let Some(unfinished) = unfinished
         && !tally.writer_lost()
     {
-        unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd), include.is_all());
+        let wrote_all = include.is_all() && tally.wrote_every_entry();
+        unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd), wrote_all);
     }
     tally.finish()
 }

@@ -3,19 +3,37 @@
 //! written under that name directly (`write::place_file`), without a temporary name and a
 //! rename (the rename was a fifth of a small-file restore's time, and restic does
 //! without). A restore that is killed leaves the marker behind, which says that the
-//! files being written at that moment may be short; a restore that ends, with failures
-//! listed or giving up, has left no such file (each one failed is removed) and takes the
-//! marker away. A marker a killed restore left is taken away only by a restore of the
-//! whole snapshot, which rewrites every file: one of some paths (`--include`) leaves the
-//! others as the killed one left them. Each restore holds a shared `flock` on the marker
-//! while it runs, and takes the marker away only if it can lock it alone: a restore that
-//! ends while another one into the same target is still writing leaves it to that one.
-//! Without a marker (the target refuses one, or it cannot be locked), every file goes
-//! through a temporary name as before.
+//! files being written at that moment may be short.
+//!
+//! The marker is a log, one line appended by each restore as it starts and one as it
+//! ends (with failures listed or not: each file that failed is removed):
+//!
+//! ```text
+//! start <entry> <root tree ID> whole|part
+//! done <entry> [<entry> ...]
+//! ```
+//!
+//! `<entry>` is a random number in 16 hex digits. A restore that started and has no `done`
+//! line stopped without ending (or still runs). The entries after a `done` are the stopped
+//! restores that this one made good: a restore of the whole of the same tree, which began
+//! after they had stopped and wrote every file anew. The marker is taken away only when no
+//! stopped restore is left that none made good: a whole restore of another snapshot, one
+//! of some paths (`--include`), or one that could not write every file leaves the marker,
+//! since files of the stopped one may still be short.
+//!
+//! Each restore holds a shared `flock` on the marker while it runs. It reads the log only
+//! when it can lock it alone: as it starts, to learn which restores have stopped (none of
+//! them can still be writing), and as it ends, to decide whether to take the marker away.
+//! A restore that ends while another one into the same target still writes leaves it to
+//! that one. Without a marker (the target refuses one, it cannot be locked, or a line
+//! cannot be appended), every file goes through a temporary name as before.
 
+use std::fmt::Write as _;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+
+use crate::id::Id;
 
 /// The marker's name, at the top of the target.
 pub const UNFINISHED: &str = ".kura-restore-unfinished";
@@ -23,48 +41,71 @@ pub const UNFINISHED: &str = ".kura-restore-unfinished";
 /// Opens of the marker tried before a restore goes without it.
 const LOCK_TRIES: usize = 50;
 
-/// The marker, made by this restore, left by one that was killed, or held by one that
-/// still runs; locked shared by this restore.
+/// The longest log read; a longer one is not this restore's to judge, and stays.
+const LOG_LIMIT: usize = 1 << 20;
+
+/// The marker, made by this restore or found there; locked shared by this restore, with
+/// this restore's `start` line in it.
 pub(super) struct Unfinished {
     file: OwnedFd,
-    /// Whether it was there before this restore (left by a killed one, or held by one
-    /// still running).
-    inherited: bool,
+    /// This restore's entry in the log.
+    entry: u64,
+    /// Restores of the same tree that had stopped when this one, a whole restore, began:
+    /// those it makes good if it writes every file.
+    stopped_before: Vec<u64>,
 }
 
 impl Unfinished {
-    /// Makes the marker in the target's top directory `top`, or opens the one there, and
-    /// locks it shared; never follows a symlink or opens another kind of file there (a FIFO
-    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made
-    /// or locked.
-    pub(super) fn mark(top: BorrowedFd<'_>) -> Option<Self> {
-        let flags = OFlags::WRONLY
+    /// Makes the marker in the target's top directory `top`, or opens the one there, locks
+    /// it shared and appends this restore's `start` line (of root tree `tree`, `whole` or
+    /// of some paths); never follows a symlink or opens another kind of file there (a FIFO
+    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made,
+    /// locked or written.
+    pub(super) fn mark(top: BorrowedFd<'_>, tree: &Id, whole: bool) -> Option<Self> {
+        let flags = OFlags::RDWR
+            | OFlags::APPEND
             | OFlags::CREATE
             | OFlags::NOFOLLOW
             | OFlags::NONBLOCK
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         let mode = Mode::from_raw_mode(0o600);
+        let entry = kura_keys::rand::u64().ok()?;
+        let tree = tree.to_hex();
         // A restore ending at this moment may take the marker away between the open and
         // the lock: then the name is opened again.
         for _ in 0..LOCK_TRIES {
-            let (file, inherited) =
-                match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
-                    Ok(file) => (file, false),
-                    Err(rustix::io::Errno::EXIST) => (
-                        rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?,
-                        true,
-                    ),
-                    Err(_) => return None,
-                };
+            let file = match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
+                Ok(file) => file,
+                Err(rustix::io::Errno::EXIST) => {
+                    rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?
+                }
+                Err(_) => return None,
+            };
             let st = rustix::fs::fstat(&file).ok()?;
             if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
                 return None;
             }
+            // Alone, every restore with a `start` line and no `done` has stopped: a live
+            // one holds its lock from before it writes its line.
+            let stopped_before = if whole
+                && rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
+            {
+                read_log(file.as_fd()).map_or_else(Vec::new, |log| {
+                    open_entries(&log).map_or_else(Vec::new, |open| {
+                        open.into_iter()
+                            .filter(|(_, t)| *t == tree.as_str())
+                            .map(|(e, _)| e)
+                            .collect()
+                    })
+                })
+            } else {
+                Vec::new()
+            };
             match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::WOULDBLOCK) => {
-                    // Held alone for a moment by a restore taking it away.
+                    // Held alone for a moment by a restore starting or taking it away.
                     std::thread::sleep(std::time::Duration::from_millis(10));
                     continue;
                 }
@@ -72,24 +113,44 @@ impl Unfinished {
                 Err(_) => return None,
             }
             let there = rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW).ok();
-            if there.is_some_and(|t| (t.st_dev, t.st_ino) == (st.st_dev, st.st_ino)) {
-                return Some(Self { file, inherited });
+            if there.is_none_or(|t| (t.st_dev, t.st_ino) != (st.st_dev, st.st_ino)) {
+                continue;
             }
+            let kind = if whole { "whole" } else { "part" };
+            append(file.as_fd(), &format!("start {entry:016x} {tree} {kind}\n"))?;
+            return Some(Self {
+                file,
+                entry,
+                stopped_before,
+            });
         }
         None
     }
 
-    /// Takes the marker away, if the name still is this restore's marker (a snapshot may
-    /// hold a file of that name at its top, restored over it), unless it was there before
-    /// and this one restored only part of the snapshot (`everything` false), or another
-    /// restore still holds its lock.
-    pub(super) fn finished(self, top: BorrowedFd<'_>, everything: bool) {
-        if self.inherited && !everything {
+    /// Appends this restore's `done` line, naming the stopped restores it made good if it
+    /// wrote every file (`wrote_all`: a whole restore with no file failed); then, if no
+    /// other restore holds the marker and no stopped restore is left that none made good,
+    /// takes it away (if the name still is this marker: a snapshot may hold a file of
+    /// that name at its top, restored over it).
+    pub(super) fn finished(self, top: BorrowedFd<'_>, wrote_all: bool) {
+        let mut line = format!("done {:016x}", self.entry);
+        if wrote_all {
+            for e in &self.stopped_before {
+                let _ = write!(line, " {e:016x}");
+            }
+        }
+        line.push('\n');
+        if append(self.file.as_fd(), &line).is_none() {
             return;
         }
-        // Another restore into this target still runs (its shared lock): it takes the
-        // marker away when it ends.
+        // Another restore into this target still runs (its shared lock): it decides when
+        // it ends.
         if rustix::fs::flock(self.file.as_fd(), FlockOperation::NonBlockingLockExclusive).is_err() {
+            return;
+        }
+        let settled = read_log(self.file.as_fd())
+            .is_some_and(|log| open_entries(&log).is_some_and(|open| open.is_empty()));
+        if !settled {
             return;
         }
         let (Ok(ours), Ok(there)) = (
@@ -100,6 +161,106 @@ impl Unfinished {
         };
         if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino) {
             let _ = rustix::fs::unlinkat(top, UNFINISHED, AtFlags::empty());
+        }
+    }
+}
+
+/// Appends `line` in one write (`O_APPEND`: lines of restores running at once do not mix).
+fn append(file: BorrowedFd<'_>, line: &str) -> Option<()> {
+    let n = rustix::io::write(file, line.as_bytes()).ok()?;
+    (n == line.len()).then_some(())
+}
+
+/// The whole log, or `None` if it cannot be read or is longer than [`LOG_LIMIT`].
+fn read_log(file: BorrowedFd<'_>) -> Option<Vec<u8>> {
+    let mut log = vec![0u8; LOG_LIMIT + 1];
+    let mut len = 0;
+    while len < log.len() {
+        match rustix::io::pread(file, &mut log[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    (len <= LOG_LIMIT).then(|| {
+        log.truncate(len);
+        log
+    })
+}
+
+/// The entries of the log that started and neither ended nor were made good, with their
+/// root trees; `None` if a line cannot be read (cut short by a crash, or a file of that
+/// name that is no log), since then it cannot be told that none is left.
+fn open_entries(log: &[u8]) -> Option<Vec<(u64, &str)>> {
+    let text = std::str::from_utf8(log).ok()?;
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut started = Vec::new();
+    let mut closed = std::collections::HashSet::new();
+    let entry = |s: &str| (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok())?;
+    for line in text.strip_suffix('\n')?.split('\n') {
+        let mut words = line.split(' ');
+        match words.next()? {
+            "start" => {
+                let e = entry(words.next()?)?;
+                let tree = words.next()?;
+                if !matches!(words.next()?, "whole" | "part") || words.next().is_some() {
+                    return None;
+                }
+                started.push((e, tree));
+            }
+            "done" => {
+                for w in words {
+                    closed.insert(entry(w)?);
+                }
+            }
+            _ => return None,
+        }
+    }
+    started.retain(|(e, _)| !closed.contains(e));
+    Some(started)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_entries;
+
+    const T: &str = "aa";
+
+    #[test]
+    fn a_log_with_every_restore_ended_or_made_good_leaves_none_open() {
+        let log = format!(
+            "start 0000000000000001 {T} whole\nstart 0000000000000002 {T} part\n\
+             done 0000000000000002\nstart 0000000000000003 {T} whole\n\
+             done 0000000000000003 0000000000000001\n"
+        );
+        assert_eq!(open_entries(log.as_bytes()), Some(vec![]));
+        assert_eq!(open_entries(b""), Some(vec![]));
+    }
+
+    #[test]
+    fn a_restore_without_its_done_line_stays_open_with_its_tree() {
+        let log = format!("start 00000000000000ff {T} part\nstart 0000000000000002 bb whole\n");
+        assert_eq!(
+            open_entries(log.as_bytes()),
+            Some(vec![(0xff, T), (2, "bb")])
+        );
+    }
+
+    #[test]
+    fn a_line_cut_short_or_not_of_the_log_leaves_it_unreadable() {
+        for bad in [
+            "start 0000000000000001 aa whole",
+            "start 0000000000000001 aa whole\ndone 00000000000000\n",
+            "start 1 aa whole\n",
+            "start 0000000000000001 aa\n",
+            "hello\n",
+            "\n",
+            "done 0000000000000001\n\n",
+        ] {
+            assert_eq!(open_entries(bad.as_bytes()), None, "{bad:?}");
         }
     }
 }

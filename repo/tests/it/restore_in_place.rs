@@ -4,7 +4,8 @@
 //! inode, a FIFO planted at a file's name is replaced rather than opened, and a file
 //! whose content fails keeps its old version. A restore stopped part-way leaves its
 //! marker at the target's top (files that were being written under their own names may
-//! be short), and the next restore there replaces every file and takes the marker away.
+//! be short), which only a whole restore of the same snapshot that writes every file
+//! takes away; restores running at once leave it to the last one.
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -150,10 +151,22 @@ async fn a_file_whose_content_fails_keeps_its_old_version() {
 }
 
 /// Fault-injecting hook: after the first `free` range GETs of data packs (not of `trees`),
-/// none is ever answered, as for a restore killed while it waits.
+/// none is answered until `gate` is opened, as for a restore that waits (or is killed
+/// while it waits).
 struct HangAfter {
     trees: std::collections::HashSet<String>,
     free: std::sync::atomic::AtomicUsize,
+    /// GETs that have come to the gate.
+    waiting: std::sync::atomic::AtomicUsize,
+    gate: tokio::sync::Semaphore,
+}
+
+impl HangAfter {
+    /// Lets every GET waiting now, and every later one, through.
+    fn open(&self) {
+        self.gate
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
 }
 
 impl Hook for Arc<HangAfter> {
@@ -165,7 +178,230 @@ impl Hook for Arc<HangAfter> {
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_err()
         {
-            std::future::pending::<()>().await;
+            self.waiting.fetch_add(1, SeqCst);
+            let _ = self.gate.acquire().await;
+        }
+        Ok(())
+    }
+}
+
+/// A restore through a [`HangAfter`] hook, made its marker and waiting on its GETs.
+struct Hung {
+    task: tokio::task::JoinHandle<kura_repo::Result<kura_repo::RestoreSummary>>,
+    hook: Arc<HangAfter>,
+}
+
+/// Starts a restore of `tree` (the entries `include` selects) into `target` from
+/// repository `bucket` whose data GETs wait once `free` were answered, and returns it once
+/// it has made its marker and one GET waits; aborting the task stops it as a kill would.
+async fn hung_restore(
+    env: &Env,
+    bucket: &str,
+    repo: &Repository<kura_repo::S3Storage>,
+    tree: kura_repo::Id,
+    target: &std::path::Path,
+    include: Include,
+    free: usize,
+) -> Hung {
+    let hook = Arc::new(HangAfter {
+        trees: tree_packs(repo, tree).await,
+        free: free.into(),
+        waiting: 0.into(),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let hanging = Repository::open(Hooked {
+        inner: env.storage(bucket),
+        hook: hook.clone(),
+    })
+    .await
+    .unwrap();
+    let task = {
+        let target = target.to_path_buf();
+        tokio::spawn(async move { restore(&hanging, &tree, &target, &include).await })
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(2), async {
+        while hook.waiting.load(SeqCst) == 0 || !target.join(UNFINISHED).is_file() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "the restore made its marker and waits");
+    Hung { task, hook }
+}
+
+/// A restore stopped part-way: its task aborted while it waits on its GETs.
+async fn stop(hung: Hung) {
+    hung.task.abort();
+    assert!(
+        hung.task.await.is_err(),
+        "the restore was to wait on its GETs"
+    );
+}
+
+/// Three directories of 100 small files each under `data` (one chunk each, about 3 MiB
+/// in all, so that a restore reads them in several runs).
+fn small_files_in_three_dirs(data: &std::path::Path) {
+    for d in 0..3usize {
+        let dir = data.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..100usize {
+            let content = pseudo_random(6000 + (d * 100 + i) * 31 % 9000, (d * 100 + i) as u64);
+            std::fs::write(dir.join(format!("f{i:02}")), content).unwrap();
+        }
+    }
+}
+
+/// Repository `bucket` with one snapshot of [`small_files_in_three_dirs`] under `data` in
+/// the returned directory.
+async fn three_dirs_backed_up(
+    env: &Env,
+    bucket: &str,
+) -> (
+    tempfile::TempDir,
+    Repository<kura_repo::S3Storage>,
+    kura_repo::Snapshot,
+) {
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    small_files_in_three_dirs(&data);
+    let mut repo = Repository::init(env.storage(bucket), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
+        .await
+        .unwrap();
+    (src, repo, snap)
+}
+
+/// A restore stopped part-way, then a whole restore into the same target that cannot
+/// read the files' content (every data GET fails): it wrote none of them anew, so the
+/// stopped restore's short files are still there, and so is the marker.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_whole_restore_that_fails_its_files_keeps_the_marker_a_stopped_restore_left() {
+    let env = Env::start().await;
+    let (_src, repo, snap) = three_dirs_backed_up(&env, "fails").await;
+    let out = tempfile::tempdir().unwrap();
+    stop(
+        hung_restore(
+            &env,
+            "fails",
+            &repo,
+            snap.tree,
+            out.path(),
+            Include::all(),
+            1,
+        )
+        .await,
+    )
+    .await;
+
+    let failing = Repository::open(Hooked {
+        inner: env.storage("fails"),
+        hook: FailData {
+            trees: tree_packs(&repo, snap.tree).await,
+        },
+    })
+    .await
+    .unwrap();
+    let outcome = restore(&failing, &snap.tree, out.path(), &Include::all()).await;
+    assert!(
+        outcome.as_ref().map_or(true, |s| !s.failed.is_empty()),
+        "every file was to fail"
+    );
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "a whole restore that did not write every file keeps the marker"
+    );
+}
+
+/// A restore of snapshot A stopped part-way, then a whole restore of snapshot B into the
+/// same target: B's files are whole, but A's files that B does not hold may still be
+/// short, so the marker stays, until a whole restore of A.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_whole_restore_of_another_snapshot_keeps_the_marker_that_one_of_the_stopped_snapshot_takes_away()
+ {
+    let env = Env::start().await;
+    let (src, mut repo, a) = three_dirs_backed_up(&env, "another").await;
+    let data = src.path().join("data");
+    std::fs::remove_dir_all(data.join("d2")).unwrap();
+    std::fs::write(data.join("d0").join("f00"), b"changed for B").unwrap();
+    let (_, b) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
+        .await
+        .unwrap();
+    assert_ne!(a.tree, b.tree);
+    let out = tempfile::tempdir().unwrap();
+    stop(
+        hung_restore(
+            &env,
+            "another",
+            &repo,
+            a.tree,
+            out.path(),
+            Include::all(),
+            1,
+        )
+        .await,
+    )
+    .await;
+
+    let of_b = restore(&repo, &b.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(of_b.failed.is_empty(), "{:?}", of_b.failed);
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "a whole restore of another snapshot keeps the marker"
+    );
+    let of_a = restore(&repo, &a.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(of_a.failed.is_empty(), "{:?}", of_a.failed);
+    assert!(
+        !out.path().join(UNFINISHED).exists(),
+        "a whole restore of the stopped snapshot takes the marker away"
+    );
+}
+
+/// Two restores of some paths into one target at once, the first ending while the second
+/// still runs: the first leaves the marker to the second, which takes it away as it ends,
+/// since neither stopped part-way.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_restores_at_once_that_both_end_take_the_marker_away() {
+    let env = Env::start().await;
+    let (_src, repo, snap) = three_dirs_backed_up(&env, "at-once").await;
+    let out = tempfile::tempdir().unwrap();
+    let some = |dir: &str| Include::new(&[format!("data/{dir}")]).unwrap();
+    let first = hung_restore(&env, "at-once", &repo, snap.tree, out.path(), some("d0"), 0).await;
+    let second = hung_restore(&env, "at-once", &repo, snap.tree, out.path(), some("d1"), 0).await;
+    first.hook.open();
+    let ended = first.task.await.unwrap().unwrap();
+    assert!(ended.failed.is_empty(), "{:?}", ended.failed);
+    assert!(
+        out.path().join(UNFINISHED).is_file(),
+        "the second restore still runs"
+    );
+    second.hook.open();
+    let ended = second.task.await.unwrap().unwrap();
+    assert!(ended.failed.is_empty(), "{:?}", ended.failed);
+    assert!(
+        !out.path().join(UNFINISHED).exists(),
+        "both restores ended, and the last takes the marker away"
+    );
+}
+
+/// Fault-injecting hook: every range GET of a data pack (not of `trees`) fails.
+struct FailData {
+    trees: std::collections::HashSet<String>,
+}
+
+impl Hook for FailData {
+    async fn before(&self, op: Op, ft: FileType, name: &str) -> kura_repo::Result<()> {
+        if (op, ft) == (Op::GetRange, FileType::Pack) && !self.trees.contains(name) {
+            return Err(kura_repo::RepoError::Storage {
+                op: "GetObject",
+                key: name.into(),
+                detail: "the test's failing data".into(),
+            });
         }
         Ok(())
     }
@@ -175,49 +411,22 @@ impl Hook for Arc<HangAfter> {
 async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore_after_it_takes_away()
  {
     let env = Env::start().await;
-    let src = tempfile::tempdir().unwrap();
+    let (src, repo, snap) = three_dirs_backed_up(&env, "stopped").await;
     let data = src.path().join("data");
-    for d in 0..3 {
-        let dir = data.join(format!("d{d}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for i in 0..100 {
-            // Below the chunker's minimum (one chunk each, so all written from runs), and
-            // about 3 MiB in all: packs of 1 MiB, so several runs.
-            let content = pseudo_random(6000 + (d * 100 + i) * 31 % 9000, (d * 100 + i) as u64);
-            std::fs::write(dir.join(format!("f{i:02}")), content).unwrap();
-        }
-    }
-    let mut repo = Repository::init(env.storage("stopped"), small_params())
-        .await
-        .unwrap();
-    let (_, snap) = backup(&mut repo, Source::Paths(vec![data.clone()]), opts())
-        .await
-        .unwrap();
-    let hook = Arc::new(HangAfter {
-        trees: tree_packs(&repo, snap.tree).await,
-        free: 1.into(),
-    });
-    let hanging = Repository::open(Hooked {
-        inner: env.storage("stopped"),
-        hook: hook.clone(),
-    })
-    .await
-    .unwrap();
     let out = tempfile::tempdir().unwrap();
 
     // The first restore hangs on its GETs, still running, while a whole one ends beside
     // it: the marker stays, since the first one may be writing.
-    let running = {
-        let (tree, target) = (snap.tree, out.path().to_path_buf());
-        tokio::spawn(async move { restore(&hanging, &tree, &target, &Include::all()).await })
-    };
-    let waited = tokio::time::timeout(Duration::from_secs(2), async {
-        while hook.free.load(SeqCst) > 0 || !out.path().join(UNFINISHED).is_file() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    let running = hung_restore(
+        &env,
+        "stopped",
+        &repo,
+        snap.tree,
+        out.path(),
+        Include::all(),
+        1,
+    )
     .await;
-    assert!(waited.is_ok(), "the first restore made its marker and hung");
     let beside = restore(&repo, &snap.tree, out.path(), &Include::all())
         .await
         .unwrap();
@@ -226,11 +435,7 @@ async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore
         out.path().join(UNFINISHED).is_file(),
         "a restore that ends while another one still runs leaves the marker to it"
     );
-    running.abort();
-    assert!(
-        running.await.is_err(),
-        "the restore was to wait on its GETs"
-    );
+    stop(running).await;
     assert!(
         out.path().join(UNFINISHED).is_file(),
         "a restore stopped part-way says so"
