@@ -263,6 +263,39 @@ fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
     );
 }
 
+/// A restore into a target whose marker says a restore of another snapshot was stopped
+/// part-way: it succeeds, and says that the marker stays and why.
+#[test]
+fn a_restore_that_leaves_a_stopped_restores_marker_says_so() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let dst = tempfile::tempdir().unwrap();
+    let marker = dst.path().join(".kura-restore-unfinished");
+    // What a killed whole restore of some other snapshot leaves: a start and no end.
+    let stopped = format!("start 00000000000000aa {} whole\n", "0".repeat(64));
+    std::fs::write(&marker, &stopped).unwrap();
+    let out = kura(
+        &gw,
+        &["restore", "latest", dst.path().to_str().unwrap()],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(marker.is_file(), "the stopped restore is not made good");
+    assert!(
+        stderr.contains(".kura-restore-unfinished") && stderr.contains("stopped part-way"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read_to_string(&marker)
+            .unwrap()
+            .starts_with(&stopped)
+    );
+}
+
 /// Regression: a backup that started after a prune had marked packs as unused still
 /// reused their blobs, so the next prune, running before that backup had written its
 /// snapshot, could delete data the snapshot then named. A backup now stores such blobs

@@ -78,35 +78,52 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             .await
             .with_context(|| format!("restoring snapshot {}", id.short()))?;
         drop(bar);
-        eprintln!(
-            "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} special files, {} bytes",
-            id.short(),
-            args.target.display(),
-            s.files,
-            s.dirs,
-            s.symlinks,
-            s.special,
-            s.bytes
-        );
-        for p in &s.failed {
-            eprintln!("kura: failed: {p}");
-        }
-        for p in &s.skipped {
-            eprintln!("kura: not restored: {p}");
-        }
-        for p in &s.metadata_failed {
-            eprintln!("kura: metadata not applied: {p}");
-        }
-        if !s.failed.is_empty() || !s.skipped.is_empty() || !s.metadata_failed.is_empty() {
-            bail!(
-                "{} entries failed, {} not restored and {} metadata failures (listed above)",
-                s.failed.len(),
-                s.skipped.len(),
-                s.metadata_failed.len()
-            );
-        }
-        Ok(())
+        report(&id, &args.target, &s)
     })
+}
+
+/// Prints what a restore of a tree wrote, says if the target's marker stays, and lists
+/// what failed (then exits non-zero).
+fn report(
+    id: &kura_repo::Id,
+    target: &std::path::Path,
+    s: &kura_repo::RestoreSummary,
+) -> Result<()> {
+    eprintln!(
+        "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} special files, {} bytes",
+        id.short(),
+        target.display(),
+        s.files,
+        s.dirs,
+        s.symlinks,
+        s.special,
+        s.bytes
+    );
+    let marker = target.join(kura_repo::UNFINISHED);
+    if std::fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file()) {
+        eprintln!(
+            "kura: {} stays: another restore into this target still runs, or one was stopped part-way and the files it was writing may be short; a whole restore of that snapshot that writes every file takes it away",
+            marker.display()
+        );
+    }
+    for p in &s.failed {
+        eprintln!("kura: failed: {p}");
+    }
+    for p in &s.skipped {
+        eprintln!("kura: not restored: {p}");
+    }
+    for p in &s.metadata_failed {
+        eprintln!("kura: metadata not applied: {p}");
+    }
+    if !s.failed.is_empty() || !s.skipped.is_empty() || !s.metadata_failed.is_empty() {
+        bail!(
+            "{} entries failed, {} not restored and {} metadata failures (listed above)",
+            s.failed.len(),
+            s.skipped.len(),
+            s.metadata_failed.len()
+        );
+    }
+    Ok(())
 }
 
 /// `--only-changed-since SINCE`: the target holds snapshot SINCE of the same source; only
