@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::direct::DIRECT_MIN;
 use super::fetch::{FETCH_AHEAD, FETCH_SPAN};
-use super::write::{NewOwner, new_file, place_file};
+use super::write::{Naming, NewOwner, new_file, place_file};
 use crate::beneath::OpenDir;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -172,14 +172,14 @@ enum Job {
 }
 
 /// Restores the files queued on `queue`, yielding each file's end as it comes, until the
-/// queue is closed; under their own names where they are free when `own_names` (the
-/// target is marked: `unfinished.rs`). No further run or file is started once `stop` is
+/// queue is closed, named as `naming` says (under their own names where they are free
+/// while the target is marked: `unfinished.rs`). No further run or file is started once `stop` is
 /// set; those in flight finish (each file either completes or removes itself).
 pub(super) fn small_files<'a, S: Storage>(
     repo: &'a Repository<S>,
     queue: mpsc::Receiver<File>,
     stop: &'a AtomicBool,
-    own_names: bool,
+    naming: Naming,
 ) -> impl Stream<Item = Done> + 'a {
     futures::stream::unfold(queue, |mut queue| async move {
         let batch = next_batch(&mut queue).await?;
@@ -187,7 +187,7 @@ pub(super) fn small_files<'a, S: Storage>(
     })
     .flat_map(move |batch| futures::stream::iter(plan(repo, batch)))
     .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
-    .map(move |job| run_job(repo, job, stop, own_names))
+    .map(move |job| run_job(repo, job, stop, naming))
     .buffer_unordered(FETCH_AHEAD)
     .flatten()
 }
@@ -254,20 +254,20 @@ async fn run_job<'a, S: Storage>(
     repo: &'a Repository<S>,
     job: Job,
     stop: &'a AtomicBool,
-    own_names: bool,
+    naming: Naming,
 ) -> Either<futures::stream::Iter<std::vec::IntoIter<Done>>, impl Stream<Item = Done> + 'a> {
     let files = match job {
         Job::Empty(files) => {
-            let ends = write_files(repo, vec![(Bytes::new(), files)], own_names).await;
+            let ends = write_files(repo, vec![(Bytes::new(), files)], naming).await;
             return Either::Left(futures::stream::iter(ends));
         }
-        Job::Run(run) => match one_run(repo, run, own_names).await {
+        Job::Run(run) => match one_run(repo, run, naming).await {
             Ok(ends) => return Either::Left(futures::stream::iter(ends)),
             Err(files) => files,
         },
         Job::Alone(files) => files,
     };
-    Either::Right(one_by_one(repo, files, stop))
+    Either::Right(one_by_one(repo, files, stop, naming.tag))
 }
 
 /// Files restored each by itself ([`new_file`] reads its own content), several at once,
@@ -276,12 +276,13 @@ fn one_by_one<'a, S: Storage>(
     repo: &'a Repository<S>,
     files: Vec<File>,
     stop: &'a AtomicBool,
+    tag: u64,
 ) -> impl Stream<Item = Done> + 'a {
     futures::stream::iter(files)
         .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
         .map(move |file| async move {
             let path = file.dir.open.display(&file.name);
-            let n = new_file(repo, &file.node, file.dir.open.fd(), &file.name, &path).await;
+            let n = new_file(repo, &file.node, file.dir.open.fd(), &file.name, &path, tag).await;
             Done::of(file, n)
         })
         .buffer_unordered(SMALL_FILES_AT_ONCE)
@@ -292,7 +293,7 @@ fn one_by_one<'a, S: Storage>(
 async fn one_run<S: Storage>(
     repo: &Repository<S>,
     run: Vec<(Id, Vec<File>)>,
-    own_names: bool,
+    naming: Naming,
 ) -> std::result::Result<Vec<Done>, Vec<File>> {
     let ids: Vec<Id> = run.iter().map(|(id, _)| *id).collect();
     let blobs = match repo.read_run(&ids).await {
@@ -304,7 +305,7 @@ async fn one_run<S: Storage>(
         .zip(run)
         .map(|(data, (_, files))| (data, files))
         .collect();
-    Ok(write_files(repo, groups, own_names).await)
+    Ok(write_files(repo, groups, naming).await)
 }
 
 /// Writes files whose content is read (each group: a blob and the files it is the whole
@@ -314,7 +315,7 @@ async fn one_run<S: Storage>(
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
     groups: Vec<(Bytes, Vec<File>)>,
-    own_names: bool,
+    naming: Naming,
 ) -> Vec<Done> {
     let jobs: Vec<(Bytes, File)> = groups
         .into_iter()
@@ -336,7 +337,7 @@ async fn write_files<S: Storage>(
             .map(|(_, f)| (f.dir.open.display(&f.name), f.rel.clone(), f.dir.clone()))
             .collect();
         tasks.push((
-            tokio::task::spawn_blocking(move || write_part(part, own_names)),
+            tokio::task::spawn_blocking(move || write_part(part, naming)),
             places,
         ));
     }
@@ -363,7 +364,7 @@ async fn write_files<S: Storage>(
 }
 
 /// Writes each file from its blob, in order; the ends in the same order.
-fn write_part(jobs: Vec<(Bytes, File)>, own_names: bool) -> Vec<Done> {
+fn write_part(jobs: Vec<(Bytes, File)>, naming: Naming) -> Vec<Done> {
     jobs.into_iter()
         .map(|(data, file)| {
             let path = file.dir.open.display(&file.name);
@@ -373,7 +374,7 @@ fn write_part(jobs: Vec<(Bytes, File)>, own_names: bool) -> Vec<Done> {
                 &file.name,
                 &path,
                 &data,
-                (own_names, file.dir.new_owner),
+                (naming, file.dir.new_owner),
             );
             Done::of(file, n)
         })

@@ -7,7 +7,7 @@
 //! is inside it does not send the rest of the restore, or a directory's metadata, outside
 //! the target.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
@@ -18,8 +18,8 @@ use rustix::fs::AtFlags;
 
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::tally::Tally;
-use super::unfinished::Unfinished;
-use super::write::{new_file, unlink_symlink};
+use super::unfinished::{Unfinished, remove_leftovers};
+use super::write::{Naming, new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -77,6 +77,14 @@ pub(super) async fn restore_tree<S: Storage>(
         path: top.path.clone(),
     };
     let unfinished = Unfinished::mark(top.fd(), root_tree, include.is_all());
+    let naming = Naming {
+        own: unfinished.is_some(),
+        tag: unfinished.as_ref().map_or(0, Unfinished::entry),
+    };
+    let leftovers = unfinished
+        .as_ref()
+        .map(Unfinished::stopped)
+        .unwrap_or_default();
     let root_fd = top.fd.try_clone().map_err(|e| RepoError::io(target, e))?;
     let tally = Tally::new(repo);
     let (queue, queued) = tokio::sync::mpsc::channel(FILES_QUEUED);
@@ -88,6 +96,8 @@ pub(super) async fn restore_tree<S: Storage>(
             root,
             tally: &tally,
             queue,
+            naming,
+            leftovers,
         };
         if let Err(e) = restorer.dir(tree, &Dir::new(top), "", false).await {
             tally.give_up(e);
@@ -95,13 +105,7 @@ pub(super) async fn restore_tree<S: Storage>(
         // The queue closes with the restorer: the writers finish what is queued.
     };
     let write = async {
-        let own_names = unfinished.is_some();
-        let mut done = std::pin::pin!(super::batch::small_files(
-            repo,
-            queued,
-            &tally.stop,
-            own_names
-        ));
+        let mut done = std::pin::pin!(super::batch::small_files(repo, queued, &tally.stop, naming));
         while let Some(done) = done.next().await {
             tally.queued_done(done).await;
         }
@@ -131,6 +135,10 @@ struct Restorer<'a, S: Storage> {
     tally: &'a Tally<'a, S>,
     /// Small files for `batch.rs`.
     queue: tokio::sync::mpsc::Sender<File>,
+    naming: Naming,
+    /// The marker's entries of restores that had stopped when this one began: their
+    /// temporary files are removed from each directory this one restores.
+    leftovers: HashSet<u64>,
 }
 
 /// What the walk returns when the writers gave up (their reason is the restore's error).
@@ -151,6 +159,9 @@ impl<S: Storage> Restorer<'_, S> {
             let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
             self.tally.failed(rel, e).await?;
             return Ok(false);
+        }
+        if !self.leftovers.is_empty() {
+            remove_leftovers(dir.open.fd(), &self.leftovers);
         }
         // Directories are recursed into after this directory's files are queued, and get
         // their metadata last (writing into a directory changes its mtime).
@@ -295,7 +306,7 @@ impl<S: Storage> Restorer<'_, S> {
         let repo = self.repo;
         for (node, name, rel) in large {
             let path = dir.open.display(&name);
-            match new_file(repo, node, dir.open.fd(), &name, &path).await {
+            match new_file(repo, node, dir.open.fd(), &name, &path, self.naming.tag).await {
                 Ok(n) => self.tally.file_done(n, &rel),
                 Err(e) => self.tally.file_failed(path, &rel, e).await?,
             }

@@ -23,16 +23,20 @@
 //!
 //! Each restore holds a shared `flock` on the marker while it runs. It reads the log only
 //! when it can lock it alone: as it starts, to learn which restores have stopped (none of
-//! them can still be writing), and as it ends, to decide whether to take the marker away.
+//! them can still be writing: their temporary files, tagged with their entries, are
+//! removed from the directories this one restores), and as it ends, to decide whether to
+//! take the marker away.
 //! A restore that ends while another one into the same target still writes leaves it to
 //! that one. Without a marker (the target refuses one, it cannot be locked, or a line
 //! cannot be appended), every file goes through a temporary name as before.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 
+use super::write::TEMP_PREFIX;
 use crate::id::Id;
 
 /// The marker's name, at the top of the target.
@@ -50,9 +54,11 @@ pub(super) struct Unfinished {
     file: OwnedFd,
     /// This restore's entry in the log.
     entry: u64,
-    /// Restores of the same tree that had stopped when this one, a whole restore, began:
-    /// those it makes good if it writes every file.
-    stopped_before: Vec<u64>,
+    /// Restores that had stopped when this one began (it was alone then), with their root
+    /// trees; a whole restore of the same tree makes those good if it writes every file.
+    stopped: Vec<(u64, String)>,
+    /// Whether this restore is of the whole tree `tree`.
+    whole: Option<String>,
 }
 
 impl Unfinished {
@@ -70,7 +76,8 @@ impl Unfinished {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         let mode = Mode::from_raw_mode(0o600);
-        let entry = kura_keys::rand::u64().ok()?;
+        // Not 0, the tag of temporary names made without a marker.
+        let entry = kura_keys::rand::u64().ok()?.max(1);
         let tree = tree.to_hex();
         // A restore ending at this moment may take the marker away between the open and
         // the lock: then the name is opened again.
@@ -88,20 +95,16 @@ impl Unfinished {
             }
             // Alone, every restore with a `start` line and no `done` has stopped: a live
             // one holds its lock from before it writes its line.
-            let stopped_before = if whole
-                && rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
-            {
-                read_log(file.as_fd()).map_or_else(Vec::new, |log| {
-                    open_entries(&log).map_or_else(Vec::new, |open| {
-                        open.into_iter()
-                            .filter(|(_, t)| *t == tree.as_str())
-                            .map(|(e, _)| e)
-                            .collect()
+            let stopped =
+                if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                    read_log(file.as_fd()).map_or_else(Vec::new, |log| {
+                        open_entries(&log).map_or_else(Vec::new, |open| {
+                            open.into_iter().map(|(e, t)| (e, t.to_owned())).collect()
+                        })
                     })
-                })
-            } else {
-                Vec::new()
-            };
+                } else {
+                    Vec::new()
+                };
             match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::WOULDBLOCK) => {
@@ -121,10 +124,21 @@ impl Unfinished {
             return Some(Self {
                 file,
                 entry,
-                stopped_before,
+                stopped,
+                whole: whole.then_some(tree),
             });
         }
         None
+    }
+
+    /// This restore's entry in the log, the tag of its temporary names.
+    pub(super) fn entry(&self) -> u64 {
+        self.entry
+    }
+
+    /// The entries of the restores that had stopped when this one began.
+    pub(super) fn stopped(&self) -> HashSet<u64> {
+        self.stopped.iter().map(|(e, _)| *e).collect()
     }
 
     /// Appends this restore's `done` line, naming the stopped restores it made good if it
@@ -134,8 +148,8 @@ impl Unfinished {
     /// that name at its top, restored over it).
     pub(super) fn finished(self, top: BorrowedFd<'_>, wrote_all: bool) {
         let mut line = format!("done {:016x}", self.entry);
-        if wrote_all {
-            for e in &self.stopped_before {
+        if wrote_all && let Some(tree) = &self.whole {
+            for (e, _) in self.stopped.iter().filter(|(_, t)| t == tree) {
                 let _ = write!(line, " {e:016x}");
             }
         }
@@ -161,6 +175,28 @@ impl Unfinished {
         };
         if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino) {
             let _ = rustix::fs::unlinkat(top, UNFINISHED, AtFlags::empty());
+        }
+    }
+}
+
+/// Removes from the open directory `dir` the temporary files of the restores `stopped`
+/// (`write::TEMP_PREFIX`, tagged with their entries): none of them can still be writing.
+/// Whatever cannot be read or removed stays, as it would without this.
+pub(super) fn remove_leftovers(dir: BorrowedFd<'_>, stopped: &HashSet<u64>) {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let tag = name
+            .to_bytes()
+            .strip_prefix(TEMP_PREFIX.as_bytes())
+            .and_then(|rest| rest.split_at_checked(16))
+            .filter(|(_, rest)| rest.first() == Some(&b'-'))
+            .and_then(|(tag, _)| std::str::from_utf8(tag).ok())
+            .and_then(|tag| u64::from_str_radix(tag, 16).ok());
+        if tag.is_some_and(|t| stopped.contains(&t)) {
+            let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
         }
     }
 }
@@ -198,7 +234,7 @@ fn open_entries(log: &[u8]) -> Option<Vec<(u64, &str)>> {
         return Some(Vec::new());
     }
     let mut started = Vec::new();
-    let mut closed = std::collections::HashSet::new();
+    let mut closed = HashSet::new();
     let entry = |s: &str| (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok())?;
     for line in text.strip_suffix('\n')?.split('\n') {
         let mut words = line.split(' ');

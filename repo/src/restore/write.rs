@@ -39,8 +39,9 @@ pub(super) async fn new_file<S: Storage>(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     path: &Path,
+    tag: u64,
 ) -> Result<(u64, Vec<String>)> {
-    let (temp, (file, direct)) = open_temp_file(node, dir, path, Mode::from_raw_mode(0o600))?;
+    let (temp, (file, direct)) = open_temp_file(node, dir, path, Mode::from_raw_mode(0o600), tag)?;
     let written = if direct {
         // The writer takes a descriptor; this one stays for the metadata.
         match file.try_clone() {
@@ -55,7 +56,7 @@ pub(super) async fn new_file<S: Storage>(
 
 /// [`new_file`] for a file whose whole content is `data` (one chunk, read already with its
 /// neighbours in the pack: `batch.rs`), written synchronously: for a blocking task that
-/// writes many such files. With `own_name` (the target is marked unfinished:
+/// writes many such files. With `naming.own` (the target is marked unfinished:
 /// `unfinished.rs`) and nothing at `name`, the file is created there directly,
 /// exclusively and with the mode [`create_mode`] gives, as a temporary one would be, and
 /// removed again if it cannot be written whole; what is at `name` is still replaced
@@ -66,10 +67,10 @@ pub(super) fn place_file(
     name: &OsStr,
     path: &Path,
     data: &[u8],
-    (own_name, owner): (bool, Option<NewOwner>),
+    (naming, owner): (Naming, Option<NewOwner>),
 ) -> Result<(u64, Vec<String>)> {
     let mode = create_mode(node, owner);
-    if own_name {
+    if naming.own {
         match rustix::fs::openat(dir, name, NEW_FILE, mode) {
             Ok(fd) => {
                 let file = File::from(fd);
@@ -85,7 +86,7 @@ pub(super) fn place_file(
             Err(e) => return Err(RepoError::io(path, e.into())),
         }
     }
-    let (temp, (file, _)) = open_temp_file(node, dir, path, mode)?;
+    let (temp, (file, _)) = open_temp_file(node, dir, path, mode, naming.tag)?;
     let written = write_whole(node, &file, path, data);
     place(node, &file, (dir, &temp, name), path, written)
 }
@@ -159,9 +160,21 @@ fn place(
     placed
 }
 
-/// The prefix of the temporary names a restore writes files under; a restore killed
-/// part-way leaves such files behind, which may be deleted.
+/// The prefix of the temporary names a restore writes files under:
+/// `.kura-restore-<tag>-<number>`, each in 16 hex digits. A restore killed part-way leaves
+/// such files behind, which may be deleted; a later restore removes those of its tag in
+/// the directories it restores (`unfinished::remove_leftovers`).
 pub const TEMP_PREFIX: &str = ".kura-restore-";
+
+/// How a restore names the files it creates: under their own names where those are free
+/// (`own`, while the target holds the marker), and otherwise under temporary names that
+/// begin with `tag`, its entry in the marker's log (0 without a marker), so that a later
+/// restore can tell the leftovers of a killed one from the files of one still running.
+#[derive(Clone, Copy)]
+pub(super) struct Naming {
+    pub(super) own: bool,
+    pub(super) tag: u64,
+}
 
 /// Flags of every file a restore creates: new (`O_EXCL`, so no name that is there is
 /// opened), without following a symlink, without waiting (`O_NONBLOCK`: nothing planted
@@ -181,9 +194,10 @@ fn open_temp_file(
     dir: BorrowedFd<'_>,
     path: &Path,
     mode: Mode,
+    tag: u64,
 ) -> Result<(OsString, (File, bool))> {
     loop {
-        let temp = OsString::from(format!("{TEMP_PREFIX}{:016x}", temp_number()?));
+        let temp = OsString::from(format!("{TEMP_PREFIX}{tag:016x}-{:016x}", temp_number()?));
         let opened = if node.size.is_some_and(|n| n >= direct::DIRECT_MIN) {
             direct::create_at(dir, &temp)
         } else {

@@ -389,6 +389,53 @@ async fn two_restores_at_once_that_both_end_take_the_marker_away() {
     );
 }
 
+/// A restore stopped while it writes a large file under a temporary name leaves that file;
+/// the next restore into the target, which began after it had stopped, removes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left() {
+    let env = Env::start().await;
+    // Many chunks in several packs: written by the walk under a temporary name, with
+    // more than one range GET.
+    let files = [("large".to_string(), pseudo_random(3 << 20, 7))];
+    let (repo, snap) = snapshot_of_data(&env, "leftovers", &files).await;
+    let out = tempfile::tempdir().unwrap();
+    let hung = hung_restore(
+        &env,
+        "leftovers",
+        &repo,
+        snap.tree,
+        out.path(),
+        Include::all(),
+        1,
+    );
+    stop(hung.await).await;
+    let left = leftovers(&out.path().join("data"));
+    assert!(
+        matches!(left.as_slice(), [t] if t.starts_with(".kura-restore-")),
+        "{left:?}"
+    );
+    // Another restore's temporary file, of no stopped restore's entry, stays.
+    let other = out
+        .path()
+        .join("data")
+        .join(".kura-restore-0000000000000000-00");
+    std::fs::write(&other, b"not a stopped restore's").unwrap();
+
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(
+        leftovers(&out.path().join("data")),
+        vec![".kura-restore-0000000000000000-00".to_string()]
+    );
+    assert!(!out.path().join(UNFINISHED).exists());
+    assert_eq!(
+        std::fs::read(out.path().join("data/large")).unwrap(),
+        files[0].1
+    );
+}
+
 /// Fault-injecting hook: every range GET of a data pack (not of `trees`) fails.
 struct FailData {
     trees: std::collections::HashSet<String>,
