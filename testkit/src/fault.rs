@@ -29,11 +29,12 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::upstream::serve;
 
-/// Which request kills: the `nth` (from 1) `PutObject` or `DeleteObject` whose key (within
-/// the bucket, the repository's prefix included) starts with `key_prefix`.
+/// Which request kills: the `nth` (from 1) `PutObject`, `DeleteObject` or `GetObject`
+/// whose key (within the bucket, the repository's prefix included) starts with
+/// `key_prefix`.
 #[derive(Clone, Debug)]
 pub struct Trigger {
-    /// `PutObject` or `DeleteObject`.
+    /// `PutObject`, `DeleteObject` or `GetObject`.
     pub op: Op,
     /// `cluster-a/index/`, `cluster-a/data/`, ...
     pub key_prefix: String,
@@ -41,13 +42,16 @@ pub struct Trigger {
     pub nth: u32,
 }
 
-/// The operations a [`Trigger`] can name: the writes of a repository.
+/// The operations a [`Trigger`] can name: the writes of a repository, and its reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `PutObject`: killed once the object is stored.
     Put,
     /// `DeleteObject`: killed once the object is gone.
     Delete,
+    /// `GetObject`: killed before it is answered, as a reader (a restore) killed while it
+    /// waits on its data.
+    Get,
 }
 
 /// What a test arms and reads back; shared with the store.
@@ -171,6 +175,14 @@ macro_rules! pass {
                 out
             }
 
+            async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+                let key = req.input.key.clone();
+                if self.faults.matches(Op::Get, &key) {
+                    self.faults.kill(&key).await;
+                }
+                self.inner.get_object(req).await
+            }
+
             async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
                 let key = req.input.key.clone();
                 let armed = self.faults.matches(Op::Delete, &key);
@@ -191,7 +203,6 @@ pass! {
     head_bucket: HeadBucketInput => HeadBucketOutput;
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
     delete_bucket: DeleteBucketInput => DeleteBucketOutput;
-    get_object: GetObjectInput => GetObjectOutput;
     head_object: HeadObjectInput => HeadObjectOutput;
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     list_objects: ListObjectsInput => ListObjectsOutput;

@@ -3,7 +3,9 @@
 //! (testkit's `KillOnStore`), so the object is stored and the process never hears so.
 //! After every kill the repository must check clean with `--read-data`, the next backup
 //! must succeed and restore byte for byte, and the next prunes must delete exactly what no
-//! snapshot uses: afterwards nothing unused is left and every snapshot restores.
+//! snapshot uses: afterwards nothing unused is left and every snapshot restores. A
+//! `kura restore` killed while it waits on a read must leave its marker, and the next
+//! whole restore exactly the snapshot's files.
 //!
 //! The write order they rely on is FORMAT.md's: a backup stores packs, then the index that
 //! names them, then its snapshot; a prune writes a mark, and past the grace period writes
@@ -194,6 +196,46 @@ fn a_backup_killed_after_its_index_was_written_leaves_a_clean_repository() {
 #[test]
 fn a_backup_killed_after_its_snapshot_was_written_leaves_a_clean_repository() {
     backup_killed_after("snapshots");
+}
+
+/// `kura restore` killed while it waits on a GET of its data, with its large files under
+/// temporary names: the target keeps the marker, and the next whole restore of the same
+/// snapshot leaves exactly the snapshot's files, with no marker and no temporary file.
+#[test]
+fn a_restore_killed_part_way_is_made_good_by_the_next_whole_restore() {
+    let scene = Scene::new(&["a.bin", "b.bin"]);
+    let dst = tempfile::tempdir().unwrap();
+    let target = dst.path().to_str().unwrap();
+    // The first GETs under data/ read trees; by the fourth, a file is being written under a
+    // temporary name (asserted below).
+    scene
+        .repo
+        .killed_after(Op::Get, "data", 4, &["restore", "latest", target]);
+    let marker = dst.path().join(".kura-restore-unfinished");
+    assert!(marker.is_file(), "a killed restore leaves its marker");
+    let left = kura_testkit::walk::files_under(dst.path());
+    assert!(
+        left.iter().any(|f| f
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(".kura-restore-")
+            && f != &marker),
+        "a file was being written under a temporary name: {left:?}"
+    );
+
+    let out = scene.repo.kura(&["restore", "latest", target]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!marker.exists(), "{stderr}");
+    let (_, want) = scene.expected.iter().next().unwrap();
+    let got = files(&dst.path().join(scene.name()));
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the snapshot's files and nothing else"
+    );
+    assert!(got == *want, "the snapshot's files, whole");
 }
 
 /// Two snapshots, the first forgotten: its two files' packs (at least two holding
