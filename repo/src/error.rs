@@ -166,6 +166,14 @@ pub enum RepoError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A file whose writing failed could not be removed: it stays at its name, short.
+    #[error("{path}: {why}; what was written of it could not be removed and stays, short")]
+    LeftShort {
+        /// The file.
+        path: String,
+        /// Why its writing failed.
+        why: String,
+    },
 }
 
 /// The newest snapshot of one group that `latest` could have named.

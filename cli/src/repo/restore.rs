@@ -102,7 +102,7 @@ fn report(
     let marker = target.join(kura_repo::UNFINISHED);
     if std::fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file()) {
         eprintln!(
-            "kura: {} stays: another restore into this target still runs, or one was stopped part-way and the files it was writing may be short; a whole restore of that snapshot that writes every file takes it away",
+            "kura: {} stays: another restore into this target still runs, or one was stopped part-way and the files it was writing may be short; a whole restore of that snapshot, begun while no other restore runs here, that writes every file takes it away (if it stays even then, it cannot be read: check the files and delete it)",
             marker.display()
         );
     }

@@ -38,8 +38,9 @@ struct State {
     queued: usize,
     /// Why the restore gave up, the first reason.
     gave_up: Option<RepoError>,
-    /// A task that wrote files was lost (a panic): a file may have been left short.
-    writer_lost: bool,
+    /// A task that wrote files was lost (a panic), or a file that failed could not be
+    /// removed: a file may have been left short.
+    left_short: bool,
 }
 
 impl State {
@@ -97,12 +98,13 @@ impl<'a, S: Storage> Tally<'a, S> {
     /// restore did not give up.
     pub(super) fn wrote_every_entry(&self) -> bool {
         let state = self.state();
-        state.summary.failed.is_empty() && state.gave_up.is_none() && !state.writer_lost
+        state.summary.failed.is_empty() && state.gave_up.is_none() && !state.left_short
     }
 
-    /// Whether a task that wrote files was lost: a file may have been left short.
-    pub(super) fn writer_lost(&self) -> bool {
-        self.state().writer_lost
+    /// Whether a file may have been left short: a task that wrote files was lost, or a
+    /// file that failed could not be removed.
+    pub(super) fn left_short(&self) -> bool {
+        self.state().left_short
     }
 
     /// Whether the file `path` failed.
@@ -137,8 +139,11 @@ impl<'a, S: Storage> Tally<'a, S> {
             rel,
             dir,
         } = done;
-        if matches!(result, Err(RepoError::Task { .. })) {
-            self.state().writer_lost = true;
+        if matches!(
+            result,
+            Err(RepoError::Task { .. } | RepoError::LeftShort { .. })
+        ) {
+            self.state().left_short = true;
         }
         match result {
             Ok(n) => self.file_done(n, &rel),

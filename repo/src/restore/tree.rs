@@ -18,7 +18,7 @@ use rustix::fs::AtFlags;
 
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::tally::Tally;
-use super::unfinished::{Unfinished, remove_leftovers};
+use super::unfinished::{UNFINISHED, Unfinished, remove_leftovers};
 use super::write::{Naming, new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
@@ -49,7 +49,8 @@ pub struct RestoreSummary {
     pub metadata_failed: Vec<String>,
     /// Entries that could not be restored (content that failed verification or could not
     /// be fetched, a damaged directory tree, a name the target refused), as `path: why`.
-    /// A file that failed is removed, never left with part of its content.
+    /// A file that failed is removed, never left with part of its content; one that cannot
+    /// be removed either is listed as left short, and the target's marker stays.
     pub failed: Vec<String>,
 }
 
@@ -112,10 +113,10 @@ pub(super) async fn restore_tree<S: Storage>(
     };
     // Boxed: the walk's state is large, and a caller's future need not hold it.
     futures::join!(Box::pin(walk), Box::pin(write));
-    // Every file is whole or removed now, unless a writer was lost on the way: then the
-    // restore counts as stopped.
+    // Every file is whole or removed now, unless a writer was lost on the way or a failed
+    // file could not be removed: then the restore counts as stopped, and the marker stays.
     if let Some(unfinished) = unfinished
-        && !tally.writer_lost()
+        && !tally.left_short()
     {
         let wrote_all = include.is_all() && tally.wrote_every_entry();
         unfinished.finished(std::os::fd::AsFd::as_fd(&root_fd), wrote_all);
@@ -177,6 +178,15 @@ impl<S: Storage> Restorer<'_, S> {
                 format!("{rel}/{}", String::from_utf8_lossy(name.as_bytes()))
             };
             let matched = inside || self.include.matches(&rel);
+            if rel == UNFINISHED {
+                // The marker's name: whatever a snapshot holds there would replace it.
+                if matched {
+                    let why = "not restored: kura keeps its restore marker under this name";
+                    self.tally
+                        .summary(|s| s.skipped.push(format!("{rel}: {why}")));
+                }
+                continue;
+            }
             if node.kind == Some(NodeType::Dir) {
                 if matched || self.include.may_contain(&rel) {
                     subdirs.push((node, name, rel, matched));

@@ -16,19 +16,21 @@
 //! `<entry>` is a random number in 16 hex digits. A restore that started and has no `done`
 //! line stopped without ending (or still runs). The entries after a `done` are the stopped
 //! restores that this one made good: a restore of the whole of the same tree, which began
-//! after they had stopped and wrote every file anew. The marker is taken away only when no
-//! stopped restore is left that none made good: a whole restore of another snapshot, one
-//! of some paths (`--include`), or one that could not write every file leaves the marker,
-//! since files of the stopped one may still be short.
+//! after they had stopped, while no other restore ran, and wrote every file anew. The
+//! marker is taken away only when no stopped restore is left that none made good: a whole
+//! restore of another snapshot, one of some paths (`--include`), or one that could not
+//! write every file leaves the marker, since files of the stopped one may still be short;
+//! so does a log that cannot be read (a line cut short), until it is deleted by hand.
 //!
 //! Each restore holds a shared `flock` on the marker while it runs. It reads the log only
 //! when it can lock it alone: as it starts, to learn which restores have stopped (none of
 //! them can still be writing: their temporary files, tagged with their entries, are
 //! removed from the directories this one restores), and as it ends, to decide whether to
-//! take the marker away.
-//! A restore that ends while another one into the same target still writes leaves it to
-//! that one. Without a marker (the target refuses one, it cannot be locked, or a line
-//! cannot be appended), every file goes through a temporary name as before.
+//! take the marker away. A restore that ends while another one into the same target still
+//! writes leaves that to the other. Without a marker (the target refuses one, it cannot be
+//! locked or a line cannot be appended, a network file system, or a name that holds
+//! anything but a regular file of this user's with one link), every file goes through a
+//! temporary name as before.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -64,10 +66,15 @@ pub(super) struct Unfinished {
 impl Unfinished {
     /// Makes the marker in the target's top directory `top`, or opens the one there, locks
     /// it shared and appends this restore's `start` line (of root tree `tree`, `whole` or
-    /// of some paths); never follows a symlink or opens another kind of file there (a FIFO
-    /// would fail the open: `O_NONBLOCK` with no reader). `None` when it cannot be made,
-    /// locked or written.
+    /// of some paths). `None`, and so no marker, when it cannot be made, locked or written;
+    /// on a network file system, whose appends and locks other machines need not see as
+    /// this one does; and when what is at the name is not a regular file of this user's
+    /// with one link (never following a symlink or opening a FIFO or a device there, nor
+    /// writing into a file someone linked there).
     pub(super) fn mark(top: BorrowedFd<'_>, tree: &Id, whole: bool) -> Option<Self> {
+        if rustix::fs::fstatfs(top).is_ok_and(|fs| on_network(i128::from(fs.f_type))) {
+            return None;
+        }
         let flags = OFlags::RDWR
             | OFlags::APPEND
             | OFlags::CREATE
@@ -79,18 +86,31 @@ impl Unfinished {
         // Not 0, the tag of temporary names made without a marker.
         let entry = kura_keys::rand::u64().ok()?.max(1);
         let tree = tree.to_hex();
+        let ours = |st: &rustix::fs::Stat| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode).is_file()
+                && st.st_nlink == 1
+                && st.st_uid == rustix::process::geteuid().as_raw()
+        };
         // A restore ending at this moment may take the marker away between the open and
         // the lock: then the name is opened again.
         for _ in 0..LOCK_TRIES {
-            let file = match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
-                Ok(file) => file,
-                Err(rustix::io::Errno::EXIST) => {
-                    rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?
-                }
-                Err(_) => return None,
-            };
+            // Looked at before it is opened: opening a device can act on it.
+            if rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| !ours(&st))
+            {
+                return None;
+            }
+            let (file, created) =
+                match rustix::fs::openat(top, UNFINISHED, flags | OFlags::EXCL, mode) {
+                    Ok(file) => (file, true),
+                    Err(rustix::io::Errno::EXIST) => (
+                        rustix::fs::openat(top, UNFINISHED, flags - OFlags::CREATE, mode).ok()?,
+                        false,
+                    ),
+                    Err(_) => return None,
+                };
             let st = rustix::fs::fstat(&file).ok()?;
-            if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+            if !ours(&st) {
                 return None;
             }
             // Alone, every restore with a `start` line and no `done` has stopped: a live
@@ -112,8 +132,14 @@ impl Unfinished {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                     continue;
                 }
-                // A file system without locks: no marker, temporary names for all.
-                Err(_) => return None,
+                // A file system without locks: no marker, temporary names for all; one
+                // made just now goes again, so that nothing says a restore was stopped.
+                Err(_) => {
+                    if created {
+                        unlink_if_same(top, &st);
+                    }
+                    return None;
+                }
             }
             let there = rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW).ok();
             if there.is_none_or(|t| (t.st_dev, t.st_ino) != (st.st_dev, st.st_ino)) {
@@ -164,18 +190,36 @@ impl Unfinished {
         }
         let settled = read_log(self.file.as_fd())
             .is_some_and(|log| open_entries(&log).is_some_and(|open| open.is_empty()));
-        if !settled {
-            return;
+        if let (true, Ok(ours)) = (settled, rustix::fs::fstat(self.file.as_fd())) {
+            unlink_if_same(top, &ours);
         }
-        let (Ok(ours), Ok(there)) = (
-            rustix::fs::fstat(self.file.as_fd()),
-            rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW),
-        ) else {
-            return;
-        };
-        if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino) {
-            let _ = rustix::fs::unlinkat(top, UNFINISHED, AtFlags::empty());
-        }
+    }
+}
+
+/// Magic numbers (`statfs`) of network file systems: NFS, SMB, CIFS, SMB2, FUSE (sshfs
+/// and others) and 9P. Appends from two machines may land on each other there, and locks
+/// may be per machine.
+const NETWORK: [u32; 6] = [
+    0x6969,
+    0x517B,
+    0xFF53_4D42,
+    0xFE53_4D42,
+    0x6573_5546,
+    0x0102_1997,
+];
+
+/// Whether `f_type` (of `statfs`, sign-extended on some platforms) is in [`NETWORK`].
+fn on_network(f_type: i128) -> bool {
+    u32::try_from(f_type & 0xFFFF_FFFF).is_ok_and(|t| NETWORK.contains(&t))
+}
+
+/// Removes the marker's name if it still is the file `st` (a snapshot may hold a file of
+/// that name at its top, restored over it).
+fn unlink_if_same(top: BorrowedFd<'_>, st: &rustix::fs::Stat) {
+    if rustix::fs::statat(top, UNFINISHED, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|t| (t.st_dev, t.st_ino) == (st.st_dev, st.st_ino))
+    {
+        let _ = rustix::fs::unlinkat(top, UNFINISHED, AtFlags::empty());
     }
 }
 
@@ -261,7 +305,17 @@ fn open_entries(log: &[u8]) -> Option<Vec<(u64, &str)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::open_entries;
+    use super::{on_network, open_entries};
+
+    #[test]
+    fn nfs_and_smb2_are_network_file_systems_and_ext4_and_tmpfs_are_not() {
+        assert!(on_network(0x6969));
+        // SMB2's magic, 0xFE53_4D42, as a signed 32-bit `f_type` sign-extends it.
+        assert!(on_network(-0x01AC_B2BE));
+        assert!(on_network(0xFE53_4D42));
+        assert!(!on_network(0xEF53));
+        assert!(!on_network(0x0102_1994));
+    }
 
     const T: &str = "aa";
 

@@ -76,10 +76,16 @@ pub(super) fn place_file(
                 let file = File::from(fd);
                 let written = write_whole(node, &file, path, data)
                     .map(|n| (n, crate::fsmeta::apply_created(file.as_fd(), node)));
-                if written.is_err() {
-                    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
-                }
-                return written;
+                return match written {
+                    Err(e) if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() => {
+                        // Short at its own name: the restore must not count as ended.
+                        Err(RepoError::LeftShort {
+                            path: path.display().to_string(),
+                            why: e.to_string(),
+                        })
+                    }
+                    written => written,
+                };
             }
             // Something is there: replaced through a temporary name, below.
             Err(rustix::io::Errno::EXIST) => {}
@@ -162,8 +168,8 @@ fn place(
 
 /// The prefix of the temporary names a restore writes files under:
 /// `.kura-restore-<tag>-<number>`, each in 16 hex digits. A restore killed part-way leaves
-/// such files behind, which may be deleted; a later restore removes those of its tag in
-/// the directories it restores (`unfinished::remove_leftovers`).
+/// such files behind, which may be deleted; a later restore that begins after it removes
+/// those of its tag from the directories it restores (`unfinished::remove_leftovers`).
 pub const TEMP_PREFIX: &str = ".kura-restore-";
 
 /// How a restore names the files it creates: under their own names where those are free

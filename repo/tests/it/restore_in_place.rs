@@ -389,8 +389,9 @@ async fn two_restores_at_once_that_both_end_take_the_marker_away() {
     );
 }
 
-/// A restore stopped while it writes a large file under a temporary name leaves that file;
-/// the next restore into the target, which began after it had stopped, removes it.
+/// A restore stopped while it writes a large file under a temporary name leaves that file:
+/// a restore beside it while it runs leaves the file be, and the next restore into the
+/// target, which began after it had stopped, removes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left() {
     let env = Env::start().await;
@@ -407,13 +408,20 @@ async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left
         out.path(),
         Include::all(),
         1,
-    );
-    stop(hung.await).await;
+    )
+    .await;
     let left = leftovers(&out.path().join("data"));
     assert!(
         matches!(left.as_slice(), [t] if t.starts_with(".kura-restore-")),
         "{left:?}"
     );
+    // A restore beside it, while it still writes, leaves its temporary file be.
+    let beside = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(beside.failed.is_empty(), "{:?}", beside.failed);
+    assert_eq!(leftovers(&out.path().join("data")), left);
+    stop(hung).await;
     // Another restore's temporary file, of no stopped restore's entry, stays.
     let other = out
         .path()
@@ -434,6 +442,60 @@ async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left
         std::fs::read(out.path().join("data/large")).unwrap(),
         files[0].1
     );
+}
+
+/// A snapshot with an entry named like the marker at its top (a backup of a target that
+/// a killed restore had marked, say): the restore keeps the name for its marker and lists
+/// the entry as not restored, instead of putting it over the marker.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_entry_named_like_the_marker_at_a_snapshots_top_is_not_restored_over_it() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let named = src.path().join(UNFINISHED);
+    std::fs::write(&named, b"a file of the snapshot").unwrap();
+    std::fs::create_dir(src.path().join("data")).unwrap();
+    std::fs::write(src.path().join("data/a"), b"a").unwrap();
+    let mut repo = Repository::init(env.storage("named"), small_params())
+        .await
+        .unwrap();
+    let paths = vec![named, src.path().join("data")];
+    let (_, snap) = backup(&mut repo, Source::Paths(paths), opts())
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(
+        matches!(summary.skipped.as_slice(), [s] if s.starts_with(UNFINISHED)),
+        "{:?}",
+        summary.skipped
+    );
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert!(
+        !out.path().join(UNFINISHED).exists(),
+        "the marker went, and nothing is in its place"
+    );
+    assert_eq!(std::fs::read(out.path().join("data/a")).unwrap(), b"a");
+}
+
+/// A file someone linked at the marker's name (a hard link to a file of theirs): the
+/// restore goes without a marker and writes nothing into it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_writes_nothing_into_a_file_linked_at_the_markers_name() {
+    let env = Env::start().await;
+    let files = [("a".to_string(), b"a".to_vec())];
+    let (repo, snap) = snapshot_of_data(&env, "linked", &files).await;
+    let out = tempfile::tempdir().unwrap();
+    let theirs = out.path().join("theirs");
+    std::fs::write(&theirs, b"their file").unwrap();
+    std::fs::hard_link(&theirs, out.path().join(UNFINISHED)).unwrap();
+    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
+        .await
+        .unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"their file");
+    assert_eq!(std::fs::read(out.path().join("data/a")).unwrap(), b"a");
 }
 
 /// Fault-injecting hook: every range GET of a data pack (not of `trees`) fails.
