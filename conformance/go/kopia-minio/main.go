@@ -181,7 +181,7 @@ func lockedSteps(ctx context.Context, c *minio.Client) []steps.Step {
 	var versions []string // version IDs, oldest first
 	until := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
 	return []steps.Step{
-		{"PutObject with retention (GOVERNANCE), two versions", func() error {
+		{Name: "PutObject with retention (GOVERNANCE), two versions", Run: func() error {
 			for _, data := range [][]byte{old, cur} {
 				info, err := c.PutObject(ctx, *lockedBucket, k, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
 					ContentType: contentType, SendContentMd5: true,
@@ -206,7 +206,7 @@ func lockedSteps(ctx context.Context, c *minio.Client) []steps.Step {
 			}
 			return nil
 		}},
-		{"PutObjectRetention extends the lock", func() error {
+		{Name: "PutObjectRetention extends the lock", Run: func() error {
 			later := until.Add(24 * time.Hour)
 			mode := minio.Governance
 			for _, v := range versions {
@@ -222,7 +222,7 @@ func lockedSteps(ctx context.Context, c *minio.Client) []steps.Step {
 			}
 			return nil
 		}},
-		{"ListObjects with versions; GetObject of an old version", func() error {
+		{Name: "ListObjects with versions; GetObject of an old version", Run: func() error {
 			if err := c.RemoveObject(ctx, *lockedBucket, k, minio.RemoveObjectOptions{}); err != nil {
 				return fmt.Errorf("remove (delete marker): %w", err)
 			}
@@ -250,7 +250,7 @@ func lockedSteps(ctx context.Context, c *minio.Client) []steps.Step {
 			}
 			return nil
 		}},
-		{"RemoveObject of a locked version is refused", func() error {
+		{Name: "RemoveObject of a locked version is refused", Run: func() error {
 			err := c.RemoveObject(ctx, *lockedBucket, k, minio.RemoveObjectOptions{VersionID: versions[0]})
 			if err == nil {
 				return errors.New("a version under GOVERNANCE retention was deleted")
@@ -275,10 +275,10 @@ func main() {
 	}
 	ctx := context.Background()
 	all := []steps.Step{
-		{"PutObject with Content-MD5, StatObject", func() error { return stepPut(ctx, c) }},
-		{"ListObjects by prefix, pages of 2", func() error { return stepList(ctx, c) }},
-		{"GetObject whole and ranges", func() error { return stepGet(ctx, c) }},
-		{"RemoveObject", func() error { return stepRemove(ctx, c) }},
+		{Name: "PutObject with Content-MD5, StatObject", Run: func() error { return stepPut(ctx, c) }},
+		{Name: "ListObjects by prefix, pages of 2", Run: func() error { return stepList(ctx, c) }},
+		{Name: "GetObject whole and ranges", Run: func() error { return stepGet(ctx, c) }},
+		{Name: "RemoveObject", Run: func() error { return stepRemove(ctx, c) }},
 	}
 	if *lockedEndpoint != "" {
 		lc, err := client(*lockedEndpoint)

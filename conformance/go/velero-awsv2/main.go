@@ -255,11 +255,11 @@ func main() {
 	}
 	ctx := context.Background()
 	all := []steps.Step{
-		{"manager upload, 5 MiB parts x5, CRC32", func() error { return stepUpload(ctx, c, data) }},
-		{"get + ranges", func() error { return stepGet(ctx, c, data) }},
-		{"list v2 delimiter", func() error { return stepList(ctx, c) }},
-		{"presigned GET (public URL)", func() error { return stepPresign(ctx, data) }},
-		{"delete", func() error { return stepDelete(ctx, c) }},
+		{Name: "manager upload, 5 MiB parts x5, CRC32", Run: func() error { return stepUpload(ctx, c, data) }},
+		{Name: "get + ranges", Run: func() error { return stepGet(ctx, c, data) }},
+		{Name: "list v2 delimiter", Run: func() error { return stepList(ctx, c) }},
+		{Name: "presigned GET (public URL)", Run: func() error { return stepPresign(ctx, data) }},
+		{Name: "delete", Run: func() error { return stepDelete(ctx, c) }},
 	}
 	steps.RunAll(all)
 }
