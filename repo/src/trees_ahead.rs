@@ -94,9 +94,7 @@ impl<S: Storage> TreesAhead<S> {
     /// has passed already (the caller reads that tree alone). Positions before `at` that
     /// were not asked for are dropped, their runs unread where none of them is wanted.
     pub(crate) async fn tree_at(&mut self, at: usize) -> Option<Result<Tree>> {
-        while self.ready_at < at && self.ready.pop_front().is_some() {
-            self.ready_at += 1;
-        }
+        self.drop_ready_before(at);
         if self.ready.is_empty() {
             while self
                 .groups
@@ -116,9 +114,7 @@ impl<S: Storage> TreesAhead<S> {
             }
             self.ready_at = first;
             self.ready = Self::answers(group).await;
-            while self.ready_at < at && self.ready.pop_front().is_some() {
-                self.ready_at += 1;
-            }
+            self.drop_ready_before(at);
         }
         if self.ready_at != at {
             return None;
@@ -127,6 +123,13 @@ impl<S: Storage> TreesAhead<S> {
         self.ready_at += 1;
         self.start();
         tree
+    }
+
+    /// Drops the trees read for positions before `at`, which the walk has passed.
+    fn drop_ready_before(&mut self, at: usize) {
+        while self.ready_at < at && self.ready.pop_front().is_some() {
+            self.ready_at += 1;
+        }
     }
 
     /// One answer for each of the group's positions, whatever happened, so that the next

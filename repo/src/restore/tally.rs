@@ -98,7 +98,7 @@ impl<'a, S: Storage> Tally<'a, S> {
     /// restore did not give up.
     pub(super) fn wrote_every_entry(&self) -> bool {
         let state = self.state();
-        state.summary.failed.is_empty() && state.gave_up.is_none() && !state.left_short
+        state.summary.failed.is_empty() && state.gave_up.is_none()
     }
 
     /// Whether a file may have been left short: a task that wrote files was lost, or a

@@ -117,11 +117,7 @@ impl Unfinished {
             // one holds its lock from before it writes its line.
             let stopped =
                 if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
-                    read_log(file.as_fd()).map_or_else(Vec::new, |log| {
-                        open_entries(&log).map_or_else(Vec::new, |open| {
-                            open.into_iter().map(|(e, t)| (e, t.to_owned())).collect()
-                        })
-                    })
+                    open_now(file.as_fd()).unwrap_or_default()
                 } else {
                     Vec::new()
                 };
@@ -188,8 +184,7 @@ impl Unfinished {
         if rustix::fs::flock(self.file.as_fd(), FlockOperation::NonBlockingLockExclusive).is_err() {
             return;
         }
-        let settled = read_log(self.file.as_fd())
-            .is_some_and(|log| open_entries(&log).is_some_and(|open| open.is_empty()));
+        let settled = open_now(self.file.as_fd()).is_some_and(|open| open.is_empty());
         if let (true, Ok(ours)) = (settled, rustix::fs::fstat(self.file.as_fd())) {
             unlink_if_same(top, &ours);
         }
@@ -249,6 +244,14 @@ pub(super) fn remove_leftovers(dir: BorrowedFd<'_>, stopped: &HashSet<u64>) {
 fn append(file: BorrowedFd<'_>, line: &str) -> Option<()> {
     let n = rustix::io::write(file, line.as_bytes()).ok()?;
     (n == line.len()).then_some(())
+}
+
+/// The marker's open entries ([`open_entries`]) as its log holds them now; `None` if it
+/// cannot be read.
+fn open_now(file: BorrowedFd<'_>) -> Option<Vec<(u64, String)>> {
+    let log = read_log(file)?;
+    let open = open_entries(&log)?;
+    Some(open.into_iter().map(|(e, t)| (e, t.to_owned())).collect())
 }
 
 /// The whole log, or `None` if it cannot be read or is longer than [`LOG_LIMIT`].
