@@ -251,6 +251,16 @@ fn small_files_in_three_dirs(data: &std::path::Path) {
     }
 }
 
+/// A whole restore of `tree` into `target`, which must fail no entry.
+async fn whole_restore(
+    repo: &Repository<kura_repo::S3Storage>,
+    tree: &kura_repo::Id,
+    target: &std::path::Path,
+) {
+    let summary = restore(repo, tree, target, &Include::all()).await.unwrap();
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+}
+
 /// Repository `bucket` with one snapshot of [`small_files_in_three_dirs`] under `data` in
 /// the returned directory.
 async fn three_dirs_backed_up(
@@ -344,18 +354,12 @@ async fn a_whole_restore_of_another_snapshot_keeps_the_marker_that_one_of_the_st
     )
     .await;
 
-    let of_b = restore(&repo, &b.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(of_b.failed.is_empty(), "{:?}", of_b.failed);
+    whole_restore(&repo, &b.tree, out.path()).await;
     assert!(
         out.path().join(UNFINISHED).is_file(),
         "a whole restore of another snapshot keeps the marker"
     );
-    let of_a = restore(&repo, &a.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(of_a.failed.is_empty(), "{:?}", of_a.failed);
+    whole_restore(&repo, &a.tree, out.path()).await;
     assert!(
         !out.path().join(UNFINISHED).exists(),
         "a whole restore of the stopped snapshot takes the marker away"
@@ -416,10 +420,7 @@ async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left
         "{left:?}"
     );
     // A restore beside it, while it still writes, leaves its temporary file be.
-    let beside = restore(&repo, &snap.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(beside.failed.is_empty(), "{:?}", beside.failed);
+    whole_restore(&repo, &snap.tree, out.path()).await;
     assert_eq!(leftovers(&out.path().join("data")), left);
     stop(hung).await;
     // Another restore's temporary file, of no stopped restore's entry, stays.
@@ -429,10 +430,7 @@ async fn a_restore_after_a_stopped_one_removes_the_temporary_files_that_one_left
         .join(".kura-restore-0000000000000000-00");
     std::fs::write(&other, b"not a stopped restore's").unwrap();
 
-    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    whole_restore(&repo, &snap.tree, out.path()).await;
     assert_eq!(
         leftovers(&out.path().join("data")),
         vec![".kura-restore-0000000000000000-00".to_string()]
@@ -490,10 +488,7 @@ async fn a_restore_writes_nothing_into_a_file_linked_at_the_markers_name() {
     let theirs = out.path().join("theirs");
     std::fs::write(&theirs, b"their file").unwrap();
     std::fs::hard_link(&theirs, out.path().join(UNFINISHED)).unwrap();
-    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    whole_restore(&repo, &snap.tree, out.path()).await;
     assert_eq!(std::fs::read(&theirs).unwrap(), b"their file");
     assert_eq!(std::fs::read(out.path().join("data/a")).unwrap(), b"a");
 }
@@ -536,10 +531,7 @@ async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore
         1,
     )
     .await;
-    let beside = restore(&repo, &snap.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(beside.failed.is_empty(), "{:?}", beside.failed);
+    whole_restore(&repo, &snap.tree, out.path()).await;
     assert!(
         out.path().join(UNFINISHED).is_file(),
         "a restore that ends while another one still runs leaves the marker to it"
@@ -564,10 +556,7 @@ async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore
         "a partial restore keeps the marker a stopped one left"
     );
 
-    let summary = restore(&repo, &snap.tree, out.path(), &Include::all())
-        .await
-        .unwrap();
-    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    whole_restore(&repo, &snap.tree, out.path()).await;
     assert_eq!(leftovers(out.path()), Vec::<String>::new());
     let (want, got) = (listing(&data), listing(&out.path().join("data")));
     assert_eq!(
