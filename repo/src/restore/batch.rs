@@ -30,7 +30,8 @@ use tokio::sync::mpsc;
 
 use super::direct::DIRECT_MIN;
 use super::fetch::{FETCH_AHEAD, FETCH_SPAN};
-use super::write::{Naming, NewOwner, new_file, place_file};
+use super::unfinished::Naming;
+use super::write::{NewOwner, new_file, place_file};
 use crate::beneath::OpenDir;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -187,7 +188,7 @@ pub(super) fn small_files<'a, S: Storage>(
     })
     .flat_map(move |batch| futures::stream::iter(plan(repo, batch)))
     .take_while(move |_| std::future::ready(!stop.load(Ordering::Relaxed)))
-    .map(move |job| run_job(repo, job, stop, naming))
+    .map(move |job| run_job(repo, job, stop, naming.clone()))
     .buffer_unordered(FETCH_AHEAD)
     .flatten()
 }
@@ -258,10 +259,10 @@ async fn run_job<'a, S: Storage>(
 ) -> Either<futures::stream::Iter<std::vec::IntoIter<Done>>, impl Stream<Item = Done> + 'a> {
     let files = match job {
         Job::Empty(files) => {
-            let ends = write_files(repo, vec![(Bytes::new(), files)], naming).await;
+            let ends = write_files(repo, vec![(Bytes::new(), files)], &naming).await;
             return Either::Left(futures::stream::iter(ends));
         }
-        Job::Run(run) => match one_run(repo, run, naming).await {
+        Job::Run(run) => match one_run(repo, run, &naming).await {
             Ok(ends) => return Either::Left(futures::stream::iter(ends)),
             Err(files) => files,
         },
@@ -293,7 +294,7 @@ fn one_by_one<'a, S: Storage>(
 async fn one_run<S: Storage>(
     repo: &Repository<S>,
     run: Vec<(Id, Vec<File>)>,
-    naming: Naming,
+    naming: &Naming,
 ) -> std::result::Result<Vec<Done>, Vec<File>> {
     let ids: Vec<Id> = run.iter().map(|(id, _)| *id).collect();
     let blobs = match repo.read_run(&ids).await {
@@ -315,7 +316,7 @@ async fn one_run<S: Storage>(
 async fn write_files<S: Storage>(
     repo: &Repository<S>,
     groups: Vec<(Bytes, Vec<File>)>,
-    naming: Naming,
+    naming: &Naming,
 ) -> Vec<Done> {
     let jobs: Vec<(Bytes, File)> = groups
         .into_iter()
@@ -336,8 +337,11 @@ async fn write_files<S: Storage>(
             .iter()
             .map(|(_, f)| (f.dir.open.display(&f.name), f.rel.clone(), f.dir.clone()))
             .collect();
+        // The task keeps its share of the marker's lock until it ends, even if this
+        // restore is dropped meanwhile: it still renames files into place.
+        let naming = naming.clone();
         tasks.push((
-            tokio::task::spawn_blocking(move || write_part(part, naming)),
+            tokio::task::spawn_blocking(move || write_part(part, &naming)),
             places,
         ));
     }
@@ -364,7 +368,7 @@ async fn write_files<S: Storage>(
 }
 
 /// Writes each file from its blob, in order; the ends in the same order.
-fn write_part(jobs: Vec<(Bytes, File)>, naming: Naming) -> Vec<Done> {
+fn write_part(jobs: Vec<(Bytes, File)>, naming: &Naming) -> Vec<Done> {
     jobs.into_iter()
         .map(|(data, file)| {
             let path = file.dir.open.display(&file.name);

@@ -18,8 +18,8 @@ use rustix::fs::AtFlags;
 
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::tally::Tally;
-use super::unfinished::{UNFINISHED, Unfinished, remove_leftovers};
-use super::write::{Naming, new_file, unlink_symlink};
+use super::unfinished::{Naming, UNFINISHED, Unfinished, remove_leftovers};
+use super::write::{new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -79,9 +79,10 @@ pub(super) async fn restore_tree<S: Storage>(
     };
     let unfinished = Unfinished::mark(top.fd(), root_tree, include.is_all());
     let naming = Naming {
-        own: unfinished.is_some(),
+        own: unfinished.as_ref().map(Unfinished::hold),
         tag: unfinished.as_ref().map_or(0, Unfinished::entry),
     };
+    let tag = naming.tag;
     let leftovers = unfinished
         .as_ref()
         .map(Unfinished::stopped)
@@ -97,7 +98,7 @@ pub(super) async fn restore_tree<S: Storage>(
             root,
             tally: &tally,
             queue,
-            naming,
+            tag,
             leftovers,
         };
         if let Err(e) = restorer.dir(tree, &Dir::new(top), "", false).await {
@@ -136,7 +137,9 @@ struct Restorer<'a, S: Storage> {
     tally: &'a Tally<'a, S>,
     /// Small files for `batch.rs`.
     queue: tokio::sync::mpsc::Sender<File>,
-    naming: Naming,
+    /// The tag of its temporary names (`unfinished::Naming`): the walk's files are all
+    /// written under temporary names, renamed into place by the walk itself.
+    tag: u64,
     /// The marker's entries of restores that had stopped when this one began: their
     /// temporary files are removed from each directory this one restores.
     leftovers: HashSet<u64>,
@@ -316,7 +319,7 @@ impl<S: Storage> Restorer<'_, S> {
         let repo = self.repo;
         for (node, name, rel) in large {
             let path = dir.open.display(&name);
-            match new_file(repo, node, dir.open.fd(), &name, &path, self.naming.tag).await {
+            match new_file(repo, node, dir.open.fd(), &name, &path, self.tag).await {
                 Ok(n) => self.tally.file_done(n, &rel),
                 Err(e) => self.tally.file_failed(path, &rel, e).await?,
             }

@@ -27,7 +27,9 @@
 //! them can still be writing: their temporary files, tagged with their entries, are
 //! removed from the directories this one restores), and as it ends, to decide whether to
 //! take the marker away. A restore that ends while another one into the same target still
-//! writes leaves that to the other. Without a marker (the target refuses one, it cannot be
+//! writes leaves that to the other. The lock lasts as long as the restore's last blocking
+//! task that writes files into place ([`Hold`]): a restore whose future a library caller
+//! drops still counts as running until those tasks end. Without a marker (the target refuses one, it cannot be
 //! locked or a line cannot be appended, a network file system, or a name that holds
 //! anything but a regular file of this user's with one link), every file goes through a
 //! temporary name as before.
@@ -35,10 +37,10 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 
-use super::write::TEMP_PREFIX;
 use crate::id::Id;
 
 /// The marker's name, at the top of the target.
@@ -50,10 +52,28 @@ const LOCK_TRIES: usize = 50;
 /// The longest log read; a longer one is not this restore's to judge, and stays.
 const LOG_LIMIT: usize = 1 << 20;
 
+/// The prefix of the temporary names a restore writes files under:
+/// `.kura-restore-<tag>-<number>`, each in 16 hex digits. A restore killed part-way leaves
+/// such files behind, which may be deleted; a later restore that begins after it removes
+/// those of its tag from the directories it restores ([`remove_leftovers`]).
+pub const TEMP_PREFIX: &str = ".kura-restore-";
+
+/// How a restore names the files it creates: under their own names where those are free
+/// (`own`, while the target holds the marker), and otherwise under temporary names that
+/// begin with `tag`, its entry in the marker's log (0 without a marker), so that a later
+/// restore can tell the leftovers of a killed one from the files of one still running.
+#[derive(Clone)]
+pub(super) struct Naming {
+    /// A share of the marker's lock ([`Hold`]), kept by each blocking task
+    /// that writes files into place until it ends.
+    pub(super) own: Option<Hold>,
+    pub(super) tag: u64,
+}
+
 /// The marker, made by this restore or found there; locked shared by this restore, with
 /// this restore's `start` line in it.
 pub(super) struct Unfinished {
-    file: OwnedFd,
+    file: Arc<OwnedFd>,
     /// This restore's entry in the log.
     entry: u64,
     /// Restores that had stopped when this one began (it was alone then), with their root
@@ -144,7 +164,7 @@ impl Unfinished {
             let kind = if whole { "whole" } else { "part" };
             append(file.as_fd(), &format!("start {entry:016x} {tree} {kind}\n"))?;
             return Some(Self {
-                file,
+                file: Arc::new(file),
                 entry,
                 stopped,
                 whole: whole.then_some(tree),
@@ -156,6 +176,12 @@ impl Unfinished {
     /// This restore's entry in the log, the tag of its temporary names.
     pub(super) fn entry(&self) -> u64 {
         self.entry
+    }
+
+    /// A share of this restore's lock, for each blocking task that writes files into
+    /// place ([`Hold`]).
+    pub(super) fn hold(&self) -> Hold {
+        Hold(Arc::clone(&self.file))
     }
 
     /// The entries of the restores that had stopped when this one began.
@@ -191,6 +217,15 @@ impl Unfinished {
     }
 }
 
+/// A share of a restore's lock on the marker: the same open file, so the same `flock`,
+/// which lasts until the last share is dropped. Each blocking task that writes files into
+/// place holds one: if the restore's future is dropped (a library caller's timeout) while
+/// such a task runs on, a restore that begins meanwhile does not take this one for
+/// stopped (which would remove its temporary files and could count it made good while it
+/// still renames files over that one's).
+#[derive(Clone)]
+pub(super) struct Hold(#[expect(dead_code, reason = "held for its lock, never read")] Arc<OwnedFd>);
+
 /// Magic numbers (`statfs`) of network file systems: NFS, SMB, CIFS, SMB2, FUSE (sshfs
 /// and others) and 9P. Appends from two machines may land on each other there, and locks
 /// may be per machine.
@@ -219,7 +254,7 @@ fn unlink_if_same(top: BorrowedFd<'_>, st: &rustix::fs::Stat) {
 }
 
 /// Removes from the open directory `dir` the temporary files of the restores `stopped`
-/// (`write::TEMP_PREFIX`, tagged with their entries): none of them can still be writing.
+/// ([`TEMP_PREFIX`], tagged with their entries): none of them can still be writing.
 /// Whatever cannot be read or removed stays, as it would without this.
 pub(super) fn remove_leftovers(dir: BorrowedFd<'_>, stopped: &HashSet<u64>) {
     let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
@@ -308,7 +343,40 @@ fn open_entries(log: &[u8]) -> Option<Vec<(u64, &str)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{on_network, open_entries};
+    use std::os::fd::AsFd as _;
+
+    use rustix::fs::{Mode, OFlags};
+
+    use super::{UNFINISHED, Unfinished, on_network, open_entries};
+    use crate::id::Id;
+
+    /// A restore's future dropped (a library caller's timeout) while its blocking writers
+    /// still run: they hold its lock, so a restore that begins meanwhile does not take it
+    /// for stopped (it would remove its temporary files and could count it made good
+    /// while a writer still renames files into place), nor take the marker away.
+    #[test]
+    fn a_restore_whose_writers_still_run_after_it_was_dropped_is_not_taken_for_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = rustix::fs::open(
+            dir.path(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let tree = Id::from_hex(&"ab".repeat(32)).unwrap();
+        let dropped = Unfinished::mark(top.as_fd(), &tree, true).unwrap();
+        let (entry, writer) = (dropped.entry(), dropped.hold());
+        drop(dropped);
+
+        let beside = Unfinished::mark(top.as_fd(), &tree, true).unwrap();
+        assert!(beside.stopped().is_empty(), "a writer of it still runs");
+        beside.finished(top.as_fd(), true);
+        assert!(dir.path().join(UNFINISHED).is_file(), "the marker stays");
+
+        drop(writer);
+        let after = Unfinished::mark(top.as_fd(), &tree, true).unwrap();
+        assert_eq!(after.stopped(), [entry].into());
+    }
 
     #[test]
     fn nfs_and_smb2_are_network_file_systems_and_ext4_and_tmpfs_are_not() {

@@ -18,6 +18,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::direct;
 use super::fetch::fetch_ahead;
+use super::unfinished::{Naming, TEMP_PREFIX};
 use crate::error::{RepoError, Result};
 use crate::repository::Repository;
 use crate::storage::Storage;
@@ -67,10 +68,10 @@ pub(super) fn place_file(
     name: &OsStr,
     path: &Path,
     data: &[u8],
-    (naming, owner): (Naming, Option<NewOwner>),
+    (naming, owner): (&Naming, Option<NewOwner>),
 ) -> Result<(u64, Vec<String>)> {
     let mode = create_mode(node, owner);
-    if naming.own {
+    if naming.own.is_some() {
         match rustix::fs::openat(dir, name, NEW_FILE, mode) {
             Ok(fd) => {
                 let file = File::from(fd);
@@ -164,22 +165,6 @@ fn place(
         let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
     }
     placed
-}
-
-/// The prefix of the temporary names a restore writes files under:
-/// `.kura-restore-<tag>-<number>`, each in 16 hex digits. A restore killed part-way leaves
-/// such files behind, which may be deleted; a later restore that begins after it removes
-/// those of its tag from the directories it restores (`unfinished::remove_leftovers`).
-pub const TEMP_PREFIX: &str = ".kura-restore-";
-
-/// How a restore names the files it creates: under their own names where those are free
-/// (`own`, while the target holds the marker), and otherwise under temporary names that
-/// begin with `tag`, its entry in the marker's log (0 without a marker), so that a later
-/// restore can tell the leftovers of a killed one from the files of one still running.
-#[derive(Clone, Copy)]
-pub(super) struct Naming {
-    pub(super) own: bool,
-    pub(super) tag: u64,
 }
 
 /// Flags of every file a restore creates: new (`O_EXCL`, so no name that is there is
