@@ -22,12 +22,12 @@
 
 use std::fmt::Write as _;
 use std::os::unix::fs::FileExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{
-    Run, env_number, kura_command, restic_command, same_file, start_gateway, timed, work_dir,
-    xorshift_fill,
+    Run, env_number, kura_bin, kura_command, restic_command, same_file, start_gateway, timed,
+    work_dir, xorshift_fill,
 };
 
 mod common;
@@ -95,7 +95,7 @@ fn main() {
     let size = env_number("KURA_BENCH_GIB", 64) as u64 * 1024 * MIB;
     let allocated = env_number("KURA_BENCH_ALLOCATED_GIB", 8) as u64 * 1024 * MIB;
     let changed = size / 1000 * env_number("KURA_BENCH_CHANGED_PERMILLE", 10) as u64;
-    let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
+    let kura = kura_bin();
     let work = work_dir();
     let w = work.path();
     let image = w.join("vol.img");

@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,10 +30,13 @@ use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
 use aws_sdk_s3::primitives::ByteStream;
+use common::kura_bin;
 use futures::StreamExt as _;
 use kura_testkit::net::free_port;
 use kura_testkit::process::{gateway_command, spawn_ready};
 use kura_testkit::upstream::{UP_AK, UP_SK, serve};
+
+mod common;
 
 const AK: &str = "bench-client";
 const SK: &str = "bench-client-secret";
@@ -186,7 +189,7 @@ fn start_forwarder(upstream: SocketAddr) -> Option<(Child, SocketAddr)> {
 fn start_gateway(upstream: Option<SocketAddr>, dir: &Path) -> (Child, SocketAddr) {
     let key_file = dir.join("keys.toml");
     if !key_file.exists() {
-        let status = Command::new(env!("CARGO_BIN_EXE_kura"))
+        let status = Command::new(kura_bin())
             .args(["keys", "generate", "--out"])
             .arg(&key_file)
             .status()
@@ -194,9 +197,8 @@ fn start_gateway(upstream: Option<SocketAddr>, dir: &Path) -> (Child, SocketAddr
         assert!(status.success());
     }
     // KURA_BENCH_GATEWAY_BIN runs another build as the gateway, for A/B comparisons.
-    let bin = std::env::var("KURA_BENCH_GATEWAY_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string());
-    let (mut command, port) = gateway_command(Path::new(&bin));
+    let bin = std::env::var_os("KURA_BENCH_GATEWAY_BIN").map_or_else(kura_bin, PathBuf::from);
+    let (mut command, port) = gateway_command(&bin);
     match upstream {
         Some(upstream) => {
             command.args(["--upstream", &format!("http://{upstream}"), "--path-style"])

@@ -12,11 +12,11 @@
     reason = "rates are approximate by nature"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::{AK, Run, SK, env_number, start_gateway, timed, work_dir};
+use common::{AK, Run, SK, env_number, kura_bin, start_gateway, timed, work_dir};
 
 mod common;
 
@@ -37,7 +37,7 @@ fn make_tree(root: &Path, files: usize) {
 
 fn main() {
     let files = env_number("KURA_BENCH_EMPTY_FILES", 1_000_000);
-    let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
+    let kura = kura_bin();
     let work = work_dir();
     let w = work.path();
     let tree = w.join("tree");

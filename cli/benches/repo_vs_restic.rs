@@ -14,12 +14,12 @@
 )]
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{
-    Run, env_number, kura_command, restic_command, same_file, start_gateway, timed, work_dir,
-    xorshift_fill,
+    Run, env_number, kura_bin, kura_command, restic_command, same_file, start_gateway, timed,
+    work_dir, xorshift_fill,
 };
 
 mod common;
@@ -76,7 +76,7 @@ fn main() {
     let mib = env_number("KURA_BENCH_MIB", 1024);
     let files = env_number("KURA_BENCH_FILES", 20_000);
     let runs = env_number("KURA_BENCH_RUNS", 3).max(1);
-    let kura = PathBuf::from(env!("CARGO_BIN_EXE_kura"));
+    let kura = kura_bin();
     let work = work_dir();
     let w = work.path();
     let image = w.join("disk.img");

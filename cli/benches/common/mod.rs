@@ -1,14 +1,23 @@
 //! What the repository benchmarks share: a `kura gateway` process on the embedded default,
-//! and commands run under `/usr/bin/time` for wall time and peak memory.
+//! and commands run under GNU `time` for wall time and peak memory.
 
 #![allow(dead_code, reason = "each bench binary uses a different part")]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 pub const AK: &str = "bench";
 pub const SK: &str = "bench-secret-key";
+
+/// The `kura` binary the bench runs: `KURA_BENCH_KURA_BIN`, or the one cargo built with
+/// it (a bench binary carried to another machine, as `scripts/device-figures` does, names
+/// the `kura` carried beside it).
+#[must_use]
+pub fn kura_bin() -> PathBuf {
+    std::env::var_os("KURA_BENCH_KURA_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kura")), PathBuf::from)
+}
 
 pub struct Run {
     pub seconds: f64,
@@ -36,13 +45,13 @@ impl Run {
     }
 }
 
-/// Runs `cmd` under `/usr/bin/time` and returns wall time and peak RSS; panics on failure.
+/// Runs `cmd` under GNU `time` (found on `PATH`) and returns wall time and peak RSS; panics on failure.
 /// Starts with `sync`, so that every run begins without another run's dirty pages.
 pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
     // Dirty pages left by the previous run would be written back during this one and
     // charge it for the other tool's writes.
     let _ = Command::new("sync").status();
-    let mut wrapped = Command::new("/usr/bin/time");
+    let mut wrapped = Command::new("time");
     wrapped
         .arg("-f")
         .arg("PEAK %M")
