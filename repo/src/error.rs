@@ -22,6 +22,12 @@ pub enum RepoError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// The backup's caller stopped waiting for it (dropped its future, on a timeout say):
+    /// its walk, on a thread of its own, stopped at its next batch of chunks or
+    /// directory. Nothing is lost: what it uploaded is a stopped backup's, and no snapshot
+    /// was written.
+    #[error("the backup was given up by its caller before it ended; no snapshot was written")]
+    Abandoned,
     /// A thread or task that a backup or restore runs its work on panicked or was
     /// cancelled.
     #[error("{what}: {detail}")]

@@ -141,6 +141,7 @@ impl Chunker {
         buf: &[u8],
         ranges: &[(usize, usize)],
     ) -> Result<Vec<Id>> {
+        packer.still_wanted()?;
         let total: usize = ranges.iter().map(|r| r.1).sum();
         if ranges.len() < 2 || total < PARALLEL_MIN {
             return ranges

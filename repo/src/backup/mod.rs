@@ -142,8 +142,12 @@ async fn in_session<S: Storage>(
     // own `block_on` (a wake-up of the caller's future would be lost).
     let writer_repo = repo.clone();
     let interval = opts.index_interval.unwrap_or(crate::index::INDEX_INTERVAL);
+    let abandon = Abandon::default();
+    let abandoned = Arc::clone(&abandon.0);
     let (result, written, names) = tokio::task::spawn_blocking(move || {
-        let mut w = match Packer::new(writer_repo, handle, marked, interval).and_then(Walker::new) {
+        let mut w = match Packer::new(writer_repo, handle, marked, (interval, abandoned))
+            .and_then(Walker::new)
+        {
             Ok(w) => w,
             Err(e) => return (Err(e), Vec::new(), Vec::new()),
         };
@@ -166,6 +170,19 @@ async fn in_session<S: Storage>(
         index.add_pack(pack, "this backup")?;
     }
     result
+}
+
+/// Set when dropped: held by the backup's future while its walk runs on a blocking thread,
+/// which a dropped future does not stop, so that the walk stops too (the packer asks
+/// before each batch of chunks and each tree) instead of reading the whole source for no
+/// one.
+#[derive(Default)]
+struct Abandon(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The whole backup but the snapshot's write: the source, the last packs and index.

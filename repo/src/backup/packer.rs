@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -106,16 +107,18 @@ pub(super) struct Packer<S: Storage> {
     last_index: Instant,
     /// The longest time between index objects while packs are stored.
     index_interval: Duration,
+    /// Set once the backup's caller stopped waiting for it (`backup::Abandon`).
+    abandoned: Arc<AtomicBool>,
 }
 
 impl<S: Storage> Packer<S> {
     /// A packer storing into `repo`'s storage, driving uploads on `handle`, relying on no
-    /// blob of the `marked` packs.
+    /// blob of the `marked` packs, until `abandoned` is set.
     pub(super) fn new(
         repo: Repository<S>,
         handle: Handle,
         marked: HashSet<Id>,
-        index_interval: Duration,
+        (index_interval, abandoned): (Duration, Arc<AtomicBool>),
     ) -> Result<Self> {
         let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Self {
@@ -134,6 +137,7 @@ impl<S: Storage> Packer<S> {
             counts: Added::default(),
             last_index: Instant::now(),
             index_interval,
+            abandoned,
         })
     }
 
@@ -164,8 +168,18 @@ impl<S: Storage> Packer<S> {
         self.stored(blob) || self.added.contains(blob)
     }
 
+    /// [`RepoError::Abandoned`] once the backup's caller stopped waiting for it: asked
+    /// before each batch of chunks and each tree, so that the walk stops within one.
+    pub(super) fn still_wanted(&self) -> Result<()> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return Err(RepoError::Abandoned);
+        }
+        Ok(())
+    }
+
     /// Stores a tree blob.
     pub(super) fn save_tree(&mut self, tree: &Tree) -> Result<Id> {
+        self.still_wanted()?;
         let json = serde_json::to_vec(tree).expect("tree serializes");
         tree_fits(json.len())?;
         self.save_blob(BlobType::Tree, &json)

@@ -830,3 +830,44 @@ async fn include_globs_restore_only_matching_entries_and_their_directories() {
     }
     assert_eq!(std::fs::read(var.join("lib/db")).unwrap(), b"rows");
 }
+
+/// A library caller that stops waiting for a backup (drops its future: a timeout) stops
+/// it: the walk, on a blocking thread of its own, would otherwise read the whole source
+/// and upload it for nobody. Seen by the stream's writer: once the backup has stopped, the
+/// pipe has no reader and a write fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_whose_caller_stops_waiting_stops_reading_its_source() {
+    use std::io::Write as _;
+
+    let env = Env::start().await;
+    let mut repo = Repository::init(env.storage("dropped"), small_params())
+        .await
+        .unwrap();
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let running = tokio::spawn(async move {
+        let source = Source::Stdin {
+            name: "stream".into(),
+            reader: Box::new(reader),
+        };
+        backup(&mut repo, source, opts()).await
+    });
+    // Taken in: a write to a pipe returns once the reader has room for what is left.
+    let writer = tokio::task::spawn_blocking(move || {
+        writer.write_all(&pseudo_random(4 << 20, 9)).unwrap();
+        writer
+    })
+    .await
+    .unwrap();
+    running.abort();
+    assert!(running.await.is_err(), "the backup was still running");
+
+    let refused = tokio::task::spawn_blocking(move || {
+        let mut writer = writer;
+        let more = pseudo_random(1 << 20, 10);
+        // 256 MiB more: a backup still running reads it all.
+        (0..256).any(|_| writer.write_all(&more).is_err())
+    })
+    .await
+    .unwrap();
+    assert!(refused, "the backup went on reading its source");
+}
