@@ -195,6 +195,13 @@ impl Unfinished {
     /// takes it away (if the name still is this marker: a snapshot may hold a file of
     /// that name at its top, restored over it).
     pub(super) fn finished(self, top: BorrowedFd<'_>, wrote_all: bool) {
+        // Every writer has ended: the lock upgrade below must not act for one still
+        // writing (a failed upgrade drops the shared lock its share relies on).
+        debug_assert_eq!(
+            Arc::strong_count(&self.file),
+            1,
+            "a writer still holds a share"
+        );
         let mut line = format!("done {:016x}", self.entry);
         if wrote_all && let Some(tree) = &self.whole {
             for (e, _) in self.stopped.iter().filter(|(_, t)| t == tree) {
