@@ -45,8 +45,9 @@ impl Run {
     }
 }
 
-/// Runs `cmd` under GNU `time` (found on `PATH`) and returns wall time and peak RSS; panics on failure.
-/// Starts with `sync`, so that every run begins without another run's dirty pages.
+/// Runs `cmd` under GNU `time` (found on `PATH`) and returns wall time and peak RSS;
+/// panics on failure. Starts with `sync`, so that every run begins without another run's
+/// dirty pages.
 pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
     // Dirty pages left by the previous run would be written back during this one and
     // charge it for the other tool's writes.
