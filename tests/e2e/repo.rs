@@ -103,6 +103,17 @@ fn tree(root: &Path) {
     std::fs::write(root.join("volume.bin"), big).unwrap();
 }
 
+/// A gateway whose repository holds one backup of a [`tree`], and that tree (kept, for
+/// comparisons).
+fn tree_backed_up() -> (Gateway, tempfile::TempDir) {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    tree(src.path());
+    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    (gw, src)
+}
+
 #[test]
 fn init_backup_snapshots_and_restore_through_a_gateway_process() {
     let gw = gateway();
@@ -191,11 +202,7 @@ fn a_stream_goes_in_on_stdin_and_comes_out_on_stdout() {
 /// nothing, truncated the file to 0 bytes, and exited 0 ("restored 0 bytes").
 #[test]
 fn a_directory_snapshot_onto_a_file_or_stdout_is_refused_and_the_file_kept() {
-    let gw = gateway();
-    ok(&kura(&gw, &["init"], None));
-    let src = tempfile::tempdir().unwrap();
-    tree(src.path());
-    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let (gw, _src) = tree_backed_up();
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("precious.txt");
     std::fs::write(&target, b"keep me").unwrap();
@@ -215,11 +222,7 @@ fn a_directory_snapshot_onto_a_file_or_stdout_is_refused_and_the_file_kept() {
 #[test]
 fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
     use std::os::unix::fs::symlink;
-    let gw = gateway();
-    ok(&kura(&gw, &["init"], None));
-    let src = tempfile::tempdir().unwrap();
-    tree(src.path());
-    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let (gw, src) = tree_backed_up();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("victim"), b"untouched").unwrap();
     let dst = tempfile::tempdir().unwrap();
@@ -267,11 +270,7 @@ fn a_restore_replaces_symlinks_in_the_target_instead_of_writing_through_them() {
 /// part-way: it succeeds, and says that the marker stays and why.
 #[test]
 fn a_restore_that_leaves_a_stopped_restores_marker_says_so() {
-    let gw = gateway();
-    ok(&kura(&gw, &["init"], None));
-    let src = tempfile::tempdir().unwrap();
-    tree(src.path());
-    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let (gw, _src) = tree_backed_up();
     let dst = tempfile::tempdir().unwrap();
     let marker = dst.path().join(".kura-restore-unfinished");
     // What a killed whole restore of some other snapshot leaves: a start and no end.
