@@ -8,8 +8,15 @@
 //! Last-Modified. Ages are judged in storage time only: "now" is the Last-Modified of a
 //! probe object written for the purpose, never this host's clock. A run that finds a
 //! stale lease takes generation `N + 1` and deletes the stale one, so the paused holder,
-//! when it resumes, finds its lease gone (or a newer one) at its next [`Lease::check`] and
-//! stops before it deletes anything.
+//! when it resumes, finds a newer one at its next [`Lease::check`] and stops before it
+//! deletes anything.
+//!
+//! Generations only grow: a holder releases its lease by rewriting it as released, not by
+//! deleting it, and the next run deletes it only after it created `N + 1`. A paused
+//! holder's refresher may write its old `lease/N` again as it resumes; a higher
+//! generation is there all the same. (When releasing deleted the lease, the next run took
+//! `lease/1` again, or the paused holder's `lease/N` was the only one left, and its check
+//! passed.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +44,10 @@ struct LeaseJson {
     ttl_secs: u64,
     /// Random, so that two runs on one host write different bytes.
     token: String,
+    /// Set by its holder when it ended: not live, whatever its age. Written with
+    /// `ttl_secs` 0, so that a reader that does not know the field takes it for stale.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    released: bool,
 }
 
 /// A held lease. Refreshed in the background until [`Lease::release`] (or drop, which
@@ -46,7 +57,11 @@ pub(crate) struct Lease<S: Storage> {
     generation: u64,
     /// Names this run's clock probes.
     token: String,
+    /// What the lease becomes when it is released.
+    released: Bytes,
     progress: Arc<Progress>,
+    /// Tells the refresher to stop after the refresh in flight, if any.
+    stop: tokio::sync::watch::Sender<bool>,
     refresher: tokio::task::JoinHandle<()>,
 }
 
@@ -85,15 +100,16 @@ impl<S: Storage> Lease<S> {
         progress: &Arc<Progress>,
     ) -> Result<Self> {
         let token = clock::token()?;
-        let body = Bytes::from(
-            serde_json::to_vec(&LeaseJson {
-                holder: holder(),
-                command: command.into(),
-                ttl_secs: LEASE_TTL.as_secs(),
-                token: token.clone(),
-            })
-            .expect("a lease serializes"),
-        );
+        let mut json = LeaseJson {
+            holder: holder(),
+            command: command.into(),
+            ttl_secs: LEASE_TTL.as_secs(),
+            token: token.clone(),
+            released: false,
+        };
+        let body = Bytes::from(serde_json::to_vec(&json).expect("a lease serializes"));
+        (json.ttl_secs, json.released) = (0, true);
+        let released = Bytes::from(serde_json::to_vec(&json).expect("a lease serializes"));
         let present = generations(storage.as_ref()).await?;
         let now = clock::storage_now(storage.as_ref(), FileType::Lease, &token, progress).await?;
         for &g in &present {
@@ -118,12 +134,18 @@ impl<S: Storage> Lease<S> {
         for g in present {
             storage.delete(FileType::Lease, &g.to_string()).await?;
         }
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let refresher = {
             let storage = storage.clone();
             let name = generation.to_string();
             tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(REFRESH_EVERY).await;
+                // Until told to stop (or the lease is dropped), never in the middle of a
+                // refresh: one that landed after the release would make the lease live
+                // again.
+                while tokio::time::timeout(REFRESH_EVERY, stopped.changed())
+                    .await
+                    .is_err()
+                {
                     // A failed refresh is retried at the next tick; a lease that goes
                     // stale meanwhile is caught by `check` before anything is deleted.
                     let _ = storage.put(FileType::Lease, &name, body.clone()).await;
@@ -134,7 +156,9 @@ impl<S: Storage> Lease<S> {
             storage: storage.clone(),
             generation,
             token,
+            released,
             progress: progress.clone(),
+            stop,
             refresher,
         })
     }
@@ -168,15 +192,26 @@ impl<S: Storage> Lease<S> {
         }
     }
 
-    /// Stops the refreshes and deletes the lease.
+    /// Stops the refreshes, then marks the lease released, where it is still the highest
+    /// generation: it stays, so that the next run takes a higher one. A lease taken over
+    /// meanwhile is deleted instead, if its refresher wrote it again.
     ///
     /// # Errors
     /// Storage errors (the lease then goes stale on its own).
-    pub(crate) async fn release(self) -> Result<()> {
-        self.refresher.abort();
-        self.storage
-            .delete(FileType::Lease, &self.generation.to_string())
-            .await
+    pub(crate) async fn release(mut self) -> Result<()> {
+        self.stop.send_replace(true);
+        // Ended by the stop (or aborted by a panic in the runtime): either way not running.
+        let _ = (&mut self.refresher).await;
+        let name = self.generation.to_string();
+        match self.check().await {
+            Ok(()) => {
+                self.storage
+                    .put(FileType::Lease, &name, self.released.clone())
+                    .await
+            }
+            Err(RepoError::LeaseLost) => self.storage.delete(FileType::Lease, &name).await,
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -195,7 +230,7 @@ async fn live<S: Storage>(storage: &S, generation: u64, now: i64) -> Result<Opti
     };
     let age = now.saturating_sub(modified);
     let ttl = i64::try_from(lease.ttl_secs).unwrap_or(i64::MAX);
-    if now != i64::MIN && age > ttl {
+    if lease.released || (now != i64::MIN && age > ttl) {
         return Ok(None);
     }
     Ok(Some(RepoError::Busy {

@@ -100,6 +100,24 @@ fn leases(env: &Env, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that the repository at `prefix` holds one lease, released: a run that ends
+/// leaves its generation, so that the next run takes a higher one.
+async fn assert_only_a_released_lease(env: &Env, prefix: &str) {
+    let held = leases(env, prefix);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let bytes = env
+        .storage(prefix)
+        .get(FileType::Lease, &held[0])
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(json["released"], true, "{json}");
+    assert_eq!(
+        json["ttl_secs"], 0,
+        "stale to a reader that knows no release: {json}"
+    );
+}
+
 /// Before: the second prune ran beside the first (nothing stopped it), so both could
 /// rewrite the same index objects.
 #[tokio::test(flavor = "multi_thread")]
@@ -131,7 +149,7 @@ async fn a_second_prune_while_one_runs_fails_naming_the_holder() {
     resume.notify_one();
     let report = first.await.unwrap().unwrap();
     assert!(report.marked > 0, "{report:?}");
-    assert!(leases(&env, "two").is_empty(), "the lease is released");
+    assert_only_a_released_lease(&env, "two").await;
     prune(&mut second, Duration::ZERO).await.unwrap();
     assert!(check(&mut second, true).await.unwrap().is_clean());
 }
@@ -159,11 +177,8 @@ async fn a_stale_lease_is_taken_over_and_a_live_one_is_not() {
     storage.put(FileType::Lease, "7", lease(1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     prune(&mut repo, Duration::ZERO).await.unwrap();
-    assert!(
-        leases(&env, "stale").is_empty(),
-        "{:?}",
-        leases(&env, "stale")
-    );
+    assert_eq!(leases(&env, "stale"), ["8"], "the stale one deleted");
+    assert_only_a_released_lease(&env, "stale").await;
 }
 
 /// A prune paused past its lease's lifetime finds, when it resumes, that another run took
@@ -199,4 +214,61 @@ async fn a_paused_prune_whose_lease_was_taken_over_marks_nothing() {
         storage.list(FileType::PruneMark).await.unwrap().is_empty(),
         "no mark written after the lease was lost"
     );
+}
+
+/// Before: a run that took the lease over released it by deleting it, which left no lease
+/// at all. The paused holder's refresher, once it resumed, wrote its `lease/N` again, and
+/// its next check found no higher generation: it went on marking and deleting from what it
+/// had read before the pause, beside whatever the other run had changed: here it marked
+/// the packs of a backup made meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_prune_stops_even_after_the_run_that_took_over_released_the_lease() {
+    let env = Env::start().await;
+    repository_with_garbage(&env, "released").await;
+    let (paused, reached, resume) = PausedAtPackListing::new(env.storage("released"));
+    let mut first = Repository::open(paused).await.unwrap();
+    let first = tokio::spawn(async move { prune(&mut first, Duration::ZERO).await });
+    reached.notified().await;
+
+    // The paused run's lease goes stale (its lifetime shortened to one second, rather than
+    // waiting five minutes), and a second prune takes over, runs and ends.
+    let storage = env.storage("released");
+    let held = leases(&env, "released");
+    assert_eq!(held.len(), 1, "{held:?}");
+    let short = br#"{"holder":"paused","command":"prune","ttl_secs":1,"token":"00"}"#;
+    storage
+        .put(FileType::Lease, &held[0], Bytes::from_static(short))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut second = Repository::open(env.storage("released")).await.unwrap();
+    let report = prune(&mut second, Duration::ZERO).await.unwrap();
+    assert!(report.marked > 0, "{report:?}");
+    // The paused run's refresher, first thing after it resumes, writes its lease again.
+    let live = br#"{"holder":"paused","command":"prune","ttl_secs":300,"token":"00"}"#;
+    storage
+        .put(FileType::Lease, &held[0], Bytes::from_static(live))
+        .await
+        .unwrap();
+    // A backup the paused run never saw: it lists the new packs once it resumes, unused
+    // by every snapshot it read before the pause.
+    let newer = tempfile::tempdir().unwrap();
+    std::fs::write(newer.path().join("newer.bin"), pseudo_random(1 << 20, 33)).unwrap();
+    backup(
+        &mut second,
+        Source::Paths(vec![newer.path().into()]),
+        opts(),
+    )
+    .await
+    .unwrap();
+
+    resume.notify_one();
+    let outcome = first.await.unwrap();
+    assert!(matches!(outcome, Err(RepoError::LeaseLost)), "{outcome:?}");
+    assert_eq!(
+        storage.list(FileType::PruneMark).await.unwrap().len(),
+        1,
+        "only the second run's mark"
+    );
+    assert!(check(&mut second, true).await.unwrap().is_clean());
 }
