@@ -10,6 +10,9 @@
 //! It finds out from its own refreshes: the Last-Modified of each refresh is storage time,
 //! and a gap between two of them as long as the timeout means that a prune could have seen
 //! the session stale. [`Session::confirm`] reports it, and the backup keeps no snapshot.
+//! The walk confirms it around each index object too ([`Confirmer`]): the packs a lapsed
+//! backup had not indexed yet look unused to a prune, and an index object naming them
+//! after their deletion would make later backups rely on packs that are gone.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,13 +57,32 @@ impl Refreshes {
 /// A running backup's session, refreshed in the background until [`Session::close`] (or
 /// drop, which stops the refreshes and leaves the object to go stale).
 pub(crate) struct Session<S: Storage> {
+    check: Confirmer<S>,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+/// What [`Session::confirm`] needs, apart from the session, for the backup's walk: it
+/// confirms the session around each index object it writes ([`Session::confirmer`]).
+pub(crate) struct Confirmer<S: Storage> {
     storage: Arc<S>,
     name: String,
     body: Bytes,
     timeout: Duration,
     refreshes: Arc<Mutex<Refreshes>>,
     progress: Arc<Progress>,
-    refresher: tokio::task::JoinHandle<()>,
+}
+
+impl<S: Storage> Clone for Confirmer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            storage: self.storage.clone(),
+            name: self.name.clone(),
+            body: self.body.clone(),
+            timeout: self.timeout,
+            refreshes: self.refreshes.clone(),
+            progress: self.progress.clone(),
+        }
+    }
 }
 
 impl<S: Storage> Drop for Session<S> {
@@ -129,16 +151,45 @@ impl<S: Storage> Session<S> {
             })
         };
         Ok(Self {
-            storage: storage.clone(),
-            name,
-            body,
-            timeout,
-            refreshes,
-            progress: progress.clone(),
+            check: Confirmer {
+                storage: storage.clone(),
+                name,
+                body,
+                timeout,
+                refreshes,
+                progress: progress.clone(),
+            },
             refresher: ticking,
         })
     }
 
+    /// [`Confirmer::confirm`].
+    ///
+    /// # Errors
+    /// [`RepoError::SessionLapsed`]; storage errors.
+    pub(crate) async fn confirm(&self) -> Result<()> {
+        self.check.confirm().await
+    }
+
+    /// A handle that confirms this session, for the walk's index writes.
+    pub(crate) fn confirmer(&self) -> Confirmer<S> {
+        self.check.clone()
+    }
+
+    /// Stops the refreshes and deletes the session.
+    ///
+    /// # Errors
+    /// Storage errors (the session then goes stale on its own).
+    pub(crate) async fn close(self) -> Result<()> {
+        self.refresher.abort();
+        self.check
+            .storage
+            .delete(FileType::Session, &self.check.name)
+            .await
+    }
+}
+
+impl<S: Storage> Confirmer<S> {
     /// Refreshes the session now, and checks that it never went stale: no two refreshes
     /// were a timeout or more apart in storage time (a prune could then have seen it
     /// stale, one second of rounding included).
@@ -163,15 +214,6 @@ impl<S: Storage> Session<S> {
             });
         }
         Ok(())
-    }
-
-    /// Stops the refreshes and deletes the session.
-    ///
-    /// # Errors
-    /// Storage errors (the session then goes stale on its own).
-    pub(crate) async fn close(self) -> Result<()> {
-        self.refresher.abort();
-        self.storage.delete(FileType::Session, &self.name).await
     }
 }
 

@@ -35,7 +35,7 @@ use crate::config::now_rfc3339;
 use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
-use crate::session::Session;
+use crate::session::{Confirmer, Session};
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
 use packer::Packer;
@@ -74,7 +74,8 @@ pub struct Options {
 /// Nor do files that changed while they were read, twice: stored as read, they are
 /// flagged and listed (`changed_during_backup`), and the snapshot is complete.
 /// `SessionLapsed` when the session went stale (the process was paused, or cut off from
-/// the storage, past the session timeout): no snapshot is kept.
+/// the storage, past the session timeout): no snapshot is kept, nor an index object
+/// written after the lapse.
 pub async fn backup<S: Storage>(
     repo: &mut Repository<S>,
     source: Source,
@@ -88,7 +89,7 @@ pub async fn backup<S: Storage>(
         &repo.progress,
     )
     .await?;
-    let result = match in_session(repo, source, opts).await {
+    let result = match in_session(repo, source, opts, session.confirmer()).await {
         Ok(snap) => write_snapshot(repo, &session, snap).await,
         Err(e) => Err(e),
     };
@@ -126,6 +127,7 @@ async fn in_session<S: Storage>(
     repo: &mut Repository<S>,
     source: Source,
     opts: Options,
+    session: Confirmer<S>,
 ) -> Result<Snapshot> {
     let handle = Handle::current();
     // Marks first, then the index: a prune that deletes a marked pack rewrites the index
@@ -145,7 +147,7 @@ async fn in_session<S: Storage>(
     let abandon = Abandon::default();
     let abandoned = Arc::clone(&abandon.0);
     let (result, written, names) = tokio::task::spawn_blocking(move || {
-        let mut w = match Packer::new(writer_repo, handle, marked, (interval, abandoned))
+        let mut w = match Packer::new(writer_repo, handle, marked, (interval, abandoned, session))
             .and_then(Walker::new)
         {
             Ok(w) => w,

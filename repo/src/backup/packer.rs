@@ -22,6 +22,7 @@ use crate::id::Id;
 use crate::index::{INDEX_BLOBS, INDEX_EVERY, IndexJson, PackJson};
 use crate::pack::{Entry, PackWriter};
 use crate::repository::Repository;
+use crate::session::Confirmer;
 use crate::storage::{FileType, Storage};
 use crate::tree::Tree;
 
@@ -109,16 +110,19 @@ pub(super) struct Packer<S: Storage> {
     index_interval: Duration,
     /// Set once the backup's caller stopped waiting for it (`backup::Abandon`).
     abandoned: Arc<AtomicBool>,
+    /// The backup's session, confirmed around each index object.
+    session: Confirmer<S>,
 }
 
 impl<S: Storage> Packer<S> {
     /// A packer storing into `repo`'s storage, driving uploads on `handle`, relying on no
-    /// blob of the `marked` packs, until `abandoned` is set.
+    /// blob of the `marked` packs, until `abandoned` is set, and indexing only while
+    /// `session` holds.
     pub(super) fn new(
         repo: Repository<S>,
         handle: Handle,
         marked: HashSet<Id>,
-        (index_interval, abandoned): (Duration, Arc<AtomicBool>),
+        (index_interval, abandoned, session): (Duration, Arc<AtomicBool>, Confirmer<S>),
     ) -> Result<Self> {
         let first_pack = Vec::with_capacity(pack_capacity(&repo.config.params));
         Ok(Self {
@@ -138,6 +142,7 @@ impl<S: Storage> Packer<S> {
             last_index: Instant::now(),
             index_interval,
             abandoned,
+            session,
         })
     }
 
@@ -310,7 +315,12 @@ impl<S: Storage> Packer<S> {
         self.write_index()
     }
 
-    /// Waits for every pack upload, then writes one index object listing them.
+    /// Waits for every pack upload, then writes one index object listing them, if the
+    /// session held before and after (FORMAT.md section 9.2). A backup paused past its
+    /// session's timeout may find packs it had not indexed deleted by prunes that took it
+    /// for dead: listed in an index object, later backups would take their blobs as
+    /// stored. On a lapse found after the write the object is deleted again; the backup
+    /// fails either way, and its packs are a stopped backup's.
     fn write_index(&mut self) -> Result<()> {
         while let Some(done) = self.handle.block_on(self.uploads.join_next()) {
             done.map_err(|e| RepoError::task("upload task", &e))??;
@@ -323,11 +333,19 @@ impl<S: Storage> Packer<S> {
         };
         let bytes = serde_json::to_vec(&index).expect("index serializes");
         let id = self.repo.config.id_key.id(&bytes);
-        self.handle.block_on(self.repo.storage.put(
-            FileType::Index,
-            &id.to_hex(),
-            Bytes::from(bytes),
-        ))?;
+        self.handle.block_on(async {
+            self.session.confirm().await?;
+            let storage = &self.repo.storage;
+            storage
+                .put(FileType::Index, &id.to_hex(), Bytes::from(bytes))
+                .await?;
+            if let Err(e) = self.session.confirm().await {
+                // Best effort: if this fails too, `check` names the missing packs.
+                let _ = storage.delete(FileType::Index, &id.to_hex()).await;
+                return Err(e);
+            }
+            Ok(())
+        })?;
         self.written.extend(index.packs);
         self.written_names.push(id.to_hex());
         self.last_index = Instant::now();

@@ -167,6 +167,54 @@ async fn a_backup_whose_session_lapsed_keeps_no_snapshot_and_loses_nothing() {
     assert!(report.is_clean(), "{report:?}");
 }
 
+/// Before: a backup paused after it stored its packs and before it indexed them lost them
+/// to two prunes (unindexed, so unused), then wrote its index object anyway and failed
+/// only at its snapshot. That index object stayed, listing the deleted packs, and the
+/// next backup of the same files took their blobs as stored: its snapshot named packs
+/// that were gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_paused_before_its_index_write_leaves_no_index_of_deleted_packs() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("kept.bin"), pseudo_random(2 << 20, 43)).unwrap();
+    let mut params = small_params();
+    params.session_timeout = Duration::from_secs(2);
+    Repository::init(env.storage("unindexed"), params)
+        .await
+        .unwrap();
+
+    // Paused from its first pack on: its packs reach the storage, its index object and its
+    // session refreshes wait.
+    let gate = Gate::new(
+        vec![FileType::Index, FileType::Session],
+        Some(FileType::Pack),
+    );
+    let running = backup_held_by(&env, "unindexed", &gate, src.path()).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let mut pruner = Repository::open(env.storage("unindexed")).await.unwrap();
+    let first = prune(&mut pruner, Duration::ZERO).await.unwrap();
+    assert_eq!(first.stale_sessions, 1, "{first:?}");
+    assert!(first.marked > 0, "its packs are in no index: {first:?}");
+    let second = prune(&mut pruner, Duration::ZERO).await.unwrap();
+    assert_eq!(second.deleted, first.marked, "{second:?}");
+
+    gate.open.send_replace(true);
+    let err = running.await.unwrap().unwrap_err();
+    assert!(matches!(err, RepoError::SessionLapsed { .. }), "{err}");
+    assert!(
+        env.objects_under("unindexed", "index").is_empty(),
+        "no index object names the deleted packs"
+    );
+
+    // Run again, as the error says: the new snapshot is whole.
+    let mut writer = Repository::open(env.storage("unindexed")).await.unwrap();
+    let (_, snap) = backup(&mut writer, Source::Paths(vec![src.path().into()]), opts())
+        .await
+        .unwrap();
+    assert_whole(&mut writer, &snap, src.path()).await;
+}
+
 /// Before: a backup of content whose packs a prune had marked rebuilt them byte for byte,
 /// under the marked names, which a prune's delete could then take.
 #[tokio::test(flavor = "multi_thread")]
