@@ -97,10 +97,12 @@ async fn repair_holding<S: Storage>(
         return Ok(report);
     }
     lease.check().await?;
-    r.store_trees().await?;
+    r.store_trees(lease).await?;
     for (old, snap) in replaced {
         let bytes = serde_json::to_vec_pretty(&snap).expect("snapshot serializes");
         let id = r.repo.config.id_key.id(&bytes);
+        // Paused since the trees were stored and taken over: a prune may have deleted them.
+        lease.check().await?;
         r.repo
             .storage
             .put(FileType::Snapshot, &id.to_hex(), Bytes::from(bytes))
@@ -263,7 +265,12 @@ impl<S: Storage> Repairer<'_, S> {
 
     /// Stores the new trees: packs of at most the pack size, then one index object over
     /// them, before any snapshot that names them.
-    async fn store_trees(&mut self) -> Result<()> {
+    /// Stores the new trees in packs and one index object over them, which is deleted
+    /// again unless the lease is still held once it is written: until a snapshot uses
+    /// them the packs look unused, and a prune that took the lease over from this run
+    /// (paused past its lifetime) may have deleted them; an index object naming them
+    /// would make later backups rely on packs that are gone.
+    async fn store_trees(&mut self, lease: &Lease<S>) -> Result<()> {
         let mut zstd = Compressors::new()?;
         let pack_size = self.repo.config.params.pack_size;
         let mut index = IndexJson::default();
@@ -292,6 +299,11 @@ impl<S: Storage> Repairer<'_, S> {
             .storage
             .put(FileType::Index, &name, Bytes::from(bytes))
             .await?;
+        if let Err(e) = lease.check().await {
+            // Best effort: if this fails too, `check` names the missing packs.
+            let _ = self.repo.storage.delete(FileType::Index, &name).await;
+            return Err(e);
+        }
         let repo = &mut *self.repo;
         repo.index_loaded_from(vec![name]);
         let loaded = std::sync::Arc::make_mut(&mut repo.index);

@@ -10,7 +10,8 @@ use kura_repo::{
 };
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, pseudo_random, store_snapshot};
+use crate::harness::{Env, Hooked, pseudo_random, store_snapshot};
+use crate::sessions::Gate;
 use crate::upkeep::{DeletedBeforeFirstRead, pack_count};
 
 /// The index objects stored now.
@@ -348,6 +349,28 @@ async fn repair_index_with_read_data_leaves_a_damaged_pack_out_and_the_next_back
     assert!(packs[0].exists(), "repair deletes no pack");
 }
 
+/// A new repository at `prefix` with one snapshot of `src`, and the pack of `a.bin`'s first
+/// chunk deleted (packs fill in order: it holds only a.bin's start); returns that pack.
+async fn backed_up_then_a_pack_lost(
+    env: &Env,
+    prefix: &str,
+    src: &std::path::Path,
+) -> (Repository<kura_repo::S3Storage>, Id) {
+    let mut repo = Repository::init(env.storage(prefix), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.into()]), opts())
+        .await
+        .unwrap();
+    let first = first_blob_of_a(&repo, &snap).await;
+    let pack = repo.index().get(&first).unwrap().pack;
+    repo.storage()
+        .delete(FileType::Pack, &pack.to_hex())
+        .await
+        .unwrap();
+    (repo, pack)
+}
+
 /// After a pack is lost, the snapshots that used it keep prune from running (it refuses,
 /// above); `repair snapshots --forget` replaces them with snapshots that keep every file
 /// that is still whole, zeros in place of a lost run, and prune runs again.
@@ -359,19 +382,7 @@ async fn repair_snapshots_keeps_what_is_whole_zeros_a_lost_run_and_lets_prune_ru
     let b = pseudo_random(200_000, 62);
     std::fs::write(src.path().join("a.bin"), &a).unwrap();
     std::fs::write(src.path().join("b.bin"), &b).unwrap();
-    let mut repo = Repository::init(env.storage("lostpack"), small_params())
-        .await
-        .unwrap();
-    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().into()]), opts())
-        .await
-        .unwrap();
-    // The pack of a.bin's first chunk (packs fill in order: it holds only a.bin's start).
-    let first = first_blob_of_a(&repo, &snap).await;
-    let pack = repo.index().get(&first).unwrap().pack;
-    repo.storage()
-        .delete(FileType::Pack, &pack.to_hex())
-        .await
-        .unwrap();
+    let (mut repo, pack) = backed_up_then_a_pack_lost(&env, "lostpack", src.path()).await;
     let got = prune(&mut repo, Duration::ZERO).await;
     assert!(
         got.is_ok(),
@@ -437,4 +448,67 @@ fn damage(file: &std::path::Path) {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(file, bytes).unwrap();
+}
+
+/// Before: `repair snapshots` paused after it stored its new trees, and before it indexed
+/// them, past its lease's lifetime. Two prunes took the lease in turn and deleted the
+/// trees' pack (unindexed, so unused); the repair then went on, wrote an index object
+/// naming the deleted pack, and a repaired snapshot whose trees were gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repair_paused_past_its_lease_writes_nothing_that_names_deleted_trees() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.bin"), pseudo_random(2_500_000, 63)).unwrap();
+    let (mut repo, _) = backed_up_then_a_pack_lost(&env, "pausedrepair", src.path()).await;
+
+    let gate = Gate::new(vec![FileType::Index], None);
+    let storage = Hooked {
+        inner: env.storage("pausedrepair"),
+        hook: gate.clone(),
+    };
+    let mut repairer = Repository::open(storage).await.unwrap();
+    let running =
+        tokio::spawn(async move { kura_repo::repair_snapshots(&mut repairer, false).await });
+    gate.reached.notified().await;
+
+    // Its lease goes stale (its lifetime shortened to one second, rather than waiting five
+    // minutes); two prunes run, the shortest grace allowed.
+    let plain = env.storage("pausedrepair");
+    let held: Vec<String> = plain
+        .list(FileType::Lease)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    let short = br#"{"holder":"paused","command":"repair snapshots","ttl_secs":1,"token":"00"}"#;
+    plain
+        .put(FileType::Lease, &held[0], Bytes::from_static(short))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let first_prune = prune(&mut repo, Duration::ZERO).await.unwrap();
+    assert!(first_prune.marked > 0, "{first_prune:?}");
+    let second_prune = prune(&mut repo, Duration::ZERO).await.unwrap();
+    assert!(second_prune.deleted > 0, "{second_prune:?}");
+
+    gate.open.send_replace(true);
+    let outcome = running.await.unwrap();
+    assert!(matches!(outcome, Err(RepoError::LeaseLost)), "{outcome:?}");
+    let mut reader = Repository::open(env.storage("pausedrepair")).await.unwrap();
+    assert_eq!(
+        reader.snapshots().await.unwrap().len(),
+        1,
+        "the original only"
+    );
+    // The repair, run again as the lost pack asks, ends clean.
+    kura_repo::repair_index(&mut reader, false).await.unwrap();
+    let report = kura_repo::repair_snapshots(&mut reader, true)
+        .await
+        .unwrap();
+    assert_eq!(report.repaired.len(), 1, "{report:?}");
+    let report = check(&mut reader, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }

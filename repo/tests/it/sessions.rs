@@ -16,17 +16,17 @@ use crate::harness::{Env, Hook, Hooked, Op, pseudo_random};
 
 /// Holds every PUT of the `hold` kinds (once armed) until the test opens the gate, as a
 /// process paused there (SIGSTOP, a VM pause, a laptop asleep) would.
-struct Gate {
+pub(crate) struct Gate {
     hold: Vec<FileType>,
     /// A PUT of this kind arms the gate; armed from the start when `None`.
     armed_on: Option<FileType>,
     armed: AtomicBool,
-    reached: Notify,
-    open: watch::Sender<bool>,
+    pub(crate) reached: Notify,
+    pub(crate) open: watch::Sender<bool>,
 }
 
 impl Gate {
-    fn new(hold: Vec<FileType>, armed_on: Option<FileType>) -> Arc<Self> {
+    pub(crate) fn new(hold: Vec<FileType>, armed_on: Option<FileType>) -> Arc<Self> {
         Arc::new(Self {
             hold,
             armed_on,
