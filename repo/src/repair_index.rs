@@ -154,7 +154,11 @@ async fn repair_holding<S: Storage>(
         written.push(write_index(repo, batch).await?);
     }
     report.written = written.len();
-    lease.check().await?;
+    if let Err(e) = lease.check().await {
+        withdraw(repo, &written).await;
+        return Err(e);
+    }
+    let written: Vec<String> = written.into_iter().map(|(name, _)| name).collect();
     for name in old_names {
         // Content-named: an old object with exactly the new content is the new object.
         if !written.contains(&name) {
@@ -199,11 +203,32 @@ async fn read_index<S: Storage>(
 }
 
 /// Stores one index object and returns its name.
-async fn write_index<S: Storage>(repo: &Repository<S>, json: IndexJson) -> Result<String> {
+/// Writes `json` as an index object; returns its name and the packs it lists.
+async fn write_index<S: Storage>(
+    repo: &Repository<S>,
+    json: IndexJson,
+) -> Result<(String, Vec<Id>)> {
     let bytes = serde_json::to_vec(&json).expect("index serializes");
     let name = repo.config.id_key.id(&bytes).to_hex();
     repo.storage
         .put(FileType::Index, &name, Bytes::from(bytes))
         .await?;
-    Ok(name)
+    Ok((name, json.packs.iter().map(|p| p.id).collect()))
+}
+
+/// After the lease was lost while this run wrote (it was paused past the lease's lifetime
+/// and a prune took over): deletes the objects it wrote that name a pack no longer stored,
+/// which later backups would otherwise rely on; also one whose content (and so name) an
+/// older object had: its other packs' blobs then look unindexed, which prune refuses and
+/// a backup stores again, where a name of a deleted pack would be trusted. Best effort:
+/// `check` names what is left.
+async fn withdraw<S: Storage>(repo: &Repository<S>, written: &[(String, Vec<Id>)]) {
+    let Ok(stored) = stored_packs(&*repo.storage).await else {
+        return;
+    };
+    for (name, packs) in written {
+        if packs.iter().any(|p| !stored.contains_key(p)) {
+            let _ = repo.storage.delete(FileType::Index, name).await;
+        }
+    }
 }

@@ -9,7 +9,8 @@ use kura_repo::{FileType, RepoError, Repository, Source, Storage, backup, check,
 use tokio::sync::Notify;
 
 use crate::backup_restore::{opts, small_params};
-use crate::harness::{Env, pseudo_random};
+use crate::harness::{Env, Hooked, pseudo_random};
+use crate::sessions::Gate;
 use crate::upkeep::keep_last_of_host;
 
 /// Fault-injecting wrapper: the first listing of packs (a prune has its lease and has read
@@ -271,4 +272,43 @@ async fn a_paused_prune_stops_even_after_the_run_that_took_over_released_the_lea
         "only the second run's mark"
     );
     assert!(check(&mut second, true).await.unwrap().is_clean());
+}
+
+/// Before: `repair index` paused past its lease's lifetime, just before it wrote its new
+/// index objects. Two prunes took the lease in turn and deleted the unused packs; the
+/// repair then wrote objects naming them, found its lease lost, and stopped, leaving those
+/// objects behind for later backups to trust.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repair_of_the_index_that_lost_its_lease_leaves_no_object_naming_deleted_packs() {
+    let env = Env::start().await;
+    repository_with_garbage(&env, "reindex").await;
+    let gate = Gate::new(vec![FileType::Index], None);
+    let storage = Hooked {
+        inner: env.storage("reindex"),
+        hook: gate.clone(),
+    };
+    let mut repairer = Repository::open(storage).await.unwrap();
+    let running = tokio::spawn(async move { kura_repo::repair_index(&mut repairer, false).await });
+    gate.reached.notified().await;
+
+    // Its lease goes stale (its lifetime shortened to one second); two prunes run.
+    let storage = env.storage("reindex");
+    let held = leases(&env, "reindex");
+    assert_eq!(held.len(), 1, "{held:?}");
+    let short = br#"{"holder":"paused","command":"repair index","ttl_secs":1,"token":"00"}"#;
+    storage
+        .put(FileType::Lease, &held[0], Bytes::from_static(short))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut pruner = Repository::open(env.storage("reindex")).await.unwrap();
+    assert!(prune(&mut pruner, Duration::ZERO).await.unwrap().marked > 0);
+    assert!(prune(&mut pruner, Duration::ZERO).await.unwrap().deleted > 0);
+
+    gate.open.send_replace(true);
+    let outcome = running.await.unwrap();
+    assert!(matches!(outcome, Err(RepoError::LeaseLost)), "{outcome:?}");
+    let mut reader = Repository::open(env.storage("reindex")).await.unwrap();
+    let report = check(&mut reader, true).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }
