@@ -473,22 +473,7 @@ async fn a_repair_paused_past_its_lease_writes_nothing_that_names_deleted_trees(
 
     // Its lease goes stale (its lifetime shortened to one second, rather than waiting five
     // minutes); two prunes run, the shortest grace allowed.
-    let plain = env.storage("pausedrepair");
-    let held: Vec<String> = plain
-        .list(FileType::Lease)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(name, _)| name)
-        .filter(|name| name.parse::<u64>().is_ok())
-        .collect();
-    assert_eq!(held.len(), 1, "{held:?}");
-    let short = br#"{"holder":"paused","command":"repair snapshots","ttl_secs":1,"token":"00"}"#;
-    plain
-        .put(FileType::Lease, &held[0], Bytes::from_static(short))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    crate::lease::lease_made_stale(&env, "pausedrepair").await;
     let first_prune = prune(&mut repo, Duration::ZERO).await.unwrap();
     assert!(first_prune.marked > 0, "{first_prune:?}");
     let second_prune = prune(&mut repo, Duration::ZERO).await.unwrap();

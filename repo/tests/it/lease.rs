@@ -101,6 +101,21 @@ fn leases(env: &Env, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Makes the one lease of the repository at `prefix` stale, as its holder's pause past
+/// the lifetime would (the lifetime shortened to one second, rather than waiting five
+/// minutes); returns its name.
+pub(crate) async fn lease_made_stale(env: &Env, prefix: &str) -> String {
+    let held = leases(env, prefix);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let short = br#"{"holder":"paused","command":"prune","ttl_secs":1,"token":"00"}"#;
+    env.storage(prefix)
+        .put(FileType::Lease, &held[0], Bytes::from_static(short))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    held[0].clone()
+}
+
 /// Asserts that the repository at `prefix` holds one lease, released: a run that ends
 /// leaves its generation, so that the next run takes a higher one.
 async fn assert_only_a_released_lease(env: &Env, prefix: &str) {
@@ -234,21 +249,14 @@ async fn a_paused_prune_stops_even_after_the_run_that_took_over_released_the_lea
     // The paused run's lease goes stale (its lifetime shortened to one second, rather than
     // waiting five minutes), and a second prune takes over, runs and ends.
     let storage = env.storage("released");
-    let held = leases(&env, "released");
-    assert_eq!(held.len(), 1, "{held:?}");
-    let short = br#"{"holder":"paused","command":"prune","ttl_secs":1,"token":"00"}"#;
-    storage
-        .put(FileType::Lease, &held[0], Bytes::from_static(short))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let held = lease_made_stale(&env, "released").await;
     let mut second = Repository::open(env.storage("released")).await.unwrap();
     let report = prune(&mut second, Duration::ZERO).await.unwrap();
     assert!(report.marked > 0, "{report:?}");
     // The paused run's refresher, first thing after it resumes, writes its lease again.
     let live = br#"{"holder":"paused","command":"prune","ttl_secs":300,"token":"00"}"#;
     storage
-        .put(FileType::Lease, &held[0], Bytes::from_static(live))
+        .put(FileType::Lease, &held, Bytes::from_static(live))
         .await
         .unwrap();
     // A backup the paused run never saw: it lists the new packs once it resumes, unused
@@ -292,15 +300,7 @@ async fn a_repair_of_the_index_that_lost_its_lease_leaves_no_object_naming_delet
     gate.reached.notified().await;
 
     // Its lease goes stale (its lifetime shortened to one second); two prunes run.
-    let storage = env.storage("reindex");
-    let held = leases(&env, "reindex");
-    assert_eq!(held.len(), 1, "{held:?}");
-    let short = br#"{"holder":"paused","command":"repair index","ttl_secs":1,"token":"00"}"#;
-    storage
-        .put(FileType::Lease, &held[0], Bytes::from_static(short))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    lease_made_stale(&env, "reindex").await;
     let mut pruner = Repository::open(env.storage("reindex")).await.unwrap();
     assert!(prune(&mut pruner, Duration::ZERO).await.unwrap().marked > 0);
     assert!(prune(&mut pruner, Duration::ZERO).await.unwrap().deleted > 0);
