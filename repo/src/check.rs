@@ -6,6 +6,7 @@
 
 use std::collections::hash_map::Entry::Vacant;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::id::Id;
@@ -47,7 +48,6 @@ impl CheckReport {
 pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let (snapshots, indexes) = repo.snapshots_then_index_objects().await?;
-    let repo = &*repo;
     let stored: HashMap<String, u64> = repo
         .storage
         .list(FileType::Pack)
@@ -60,7 +60,13 @@ pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Res
             "prune mark {name} does not match its name: prune and backup ignore it"
         ));
     }
-    for pack in repo.index.packs() {
+    // Every pack an index object lists, not only those the loaded index reads from: a
+    // blob stored twice keeps one location there.
+    let listed: BTreeSet<Id> = indexes
+        .values()
+        .flat_map(|idx| idx.packs.iter().map(|p| p.id))
+        .collect();
+    for pack in listed {
         if !stored.contains_key(&pack.to_hex()) {
             report.problems.push(format!(
                 "pack {} is in the index but not in storage",
@@ -72,6 +78,10 @@ pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Res
             report.damaged_packs.insert(pack);
         }
     }
+    // A file is affected only when no copy of its blob is usable.
+    Arc::make_mut(&mut repo.index)
+        .read_elsewhere(&indexes, |p| !report.damaged_packs.contains(p))?;
+    let repo = &*repo;
     for (id, snap) in snapshots {
         let mut seen = HashSet::new();
         walk(repo, &id, &snap.tree, String::new(), &mut seen, &mut report).await;

@@ -1,6 +1,6 @@
 //! The index (FORMAT.md section 7): which blob is where, in memory and as `index/ID` objects.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,24 @@ pub const INDEX_BLOBS: usize = 16_384;
 /// packs, so that a backup killed or failed after hours of slow uploads leaves what it
 /// stored for the next run to reuse.
 pub const INDEX_INTERVAL: std::time::Duration = std::time::Duration::from_mins(5);
+
+/// One row of [`PackJson::blobs`] as a location.
+fn location(
+    pack: Id,
+    &(kind, _, offset, length, raw_length, compression): &(u8, Id, u64, u32, u32, u8),
+    what: &str,
+) -> Result<BlobLocation> {
+    Ok(BlobLocation {
+        kind: BlobType::from_u8(kind)
+            .ok_or_else(|| RepoError::corrupt(what, "unknown blob type"))?,
+        pack,
+        offset,
+        length,
+        raw_length,
+        compression: Compression::from_u8(compression)
+            .ok_or_else(|| RepoError::corrupt(what, "unknown compression"))?,
+    })
+}
 
 /// All known blobs.
 #[derive(Clone, Default)]
@@ -88,22 +106,40 @@ impl Index {
         self.blobs.is_empty()
     }
 
+    /// Adds a pack's blobs; a blob already known keeps the location it has (the index
+    /// keeps one location per blob, the first one loaded).
     pub(crate) fn add_pack(&mut self, pack: &PackJson, what: &str) -> Result<()> {
-        for &(kind, id, offset, length, raw_length, compression) in &pack.blobs {
-            let kind = BlobType::from_u8(kind)
-                .ok_or_else(|| RepoError::corrupt(what, "unknown blob type"))?;
-            let compression = Compression::from_u8(compression)
-                .ok_or_else(|| RepoError::corrupt(what, "unknown compression"))?;
-            self.blobs.entry(id).or_insert(BlobLocation {
-                kind,
-                pack: pack.id,
-                offset,
-                length,
-                raw_length,
-                compression,
-            });
+        for row in &pack.blobs {
+            let location = location(pack.id, row, what)?;
+            self.blobs.entry(row.1).or_insert(location);
         }
         Ok(())
+    }
+
+    /// Moves each blob whose location is in a pack that is not `stored` to a location in
+    /// a stored pack, if one of `indexes` lists one (the same blob stored twice, as two
+    /// backups running at once do, and the copy loaded first lost). Returns how many
+    /// blobs moved. For the commands that list the packs (`check`, `repair snapshots`):
+    /// the index loaded without that list only knows the first copy.
+    pub(crate) fn read_elsewhere(
+        &mut self,
+        indexes: &BTreeMap<String, IndexJson>,
+        stored: impl Fn(&Id) -> bool,
+    ) -> Result<usize> {
+        let mut moved = 0;
+        for (name, json) in indexes {
+            for pack in json.packs.iter().filter(|p| stored(&p.id)) {
+                for row in &pack.blobs {
+                    if let Some(known) = self.blobs.get_mut(&row.1)
+                        && !stored(&known.pack)
+                    {
+                        *known = location(pack.id, row, &format!("index/{name}"))?;
+                        moved += 1;
+                    }
+                }
+            }
+        }
+        Ok(moved)
     }
 
     /// (blobs, bytes before compression, bytes stored) over every known blob.

@@ -11,6 +11,10 @@
 //! the new snapshot's `errors`, which is tagged `repaired`. The originals stay unless
 //! `forget` is asked (then each is deleted once its replacement is stored).
 //!
+//! A blob is lost only when no index object lists it in a stored pack: where the loaded
+//! index keeps a copy in a pack that is gone and another index object lists one that is
+//! stored, the trees read it there and the files keep it.
+//!
 //! It holds the upkeep lease, so no prune runs meanwhile: the blobs the new trees name are
 //! those the originals already use, and nothing can delete them before the new snapshots
 //! are stored.
@@ -42,6 +46,10 @@ pub struct RepairSnapshotsReport {
     pub forgotten: usize,
     /// `snapshot SHORT: path: what was lost`, one line each.
     pub lost: Vec<String>,
+    /// Blobs whose loaded index entry is in a pack that is not stored, found in another
+    /// stored pack that an index object lists: not lost, but a restore reads the entry it
+    /// loaded until `repair index` drops the missing pack.
+    pub read_elsewhere: usize,
 }
 
 /// Repairs every snapshot that uses a missing blob; with `forget`, deletes the originals.
@@ -66,8 +74,11 @@ async fn repair_holding<S: Storage>(
     forget: bool,
     lease: &Lease<S>,
 ) -> Result<RepairSnapshotsReport> {
-    let snaps = repo.snapshots_then_index().await?;
+    let (snaps, indexes) = repo.snapshots_then_index_objects().await?;
     let stored = stored_packs(&*repo.storage).await?;
+    let read_elsewhere = std::sync::Arc::make_mut(&mut repo.index)
+        .read_elsewhere(&indexes, |p| stored.contains_key(p))?;
+    drop(indexes);
     let mut r = Repairer {
         repo,
         stored,
@@ -92,7 +103,10 @@ async fn repair_holding<S: Storage>(
         new.errors.extend(r.lost.iter().cloned());
         replaced.push((id, new));
     }
-    let mut report = RepairSnapshotsReport::default();
+    let mut report = RepairSnapshotsReport {
+        read_elsewhere,
+        ..RepairSnapshotsReport::default()
+    };
     if replaced.is_empty() {
         return Ok(report);
     }
@@ -139,7 +153,8 @@ struct Repairer<'a, S: Storage> {
 }
 
 impl<S: Storage> Repairer<'_, S> {
-    /// Whether a blob can be read: indexed, in a stored pack.
+    /// Whether a blob can be read: indexed, in a stored pack (the index was moved to a
+    /// stored copy wherever an index object lists one).
     fn usable(&self, id: &Id) -> bool {
         self.repo
             .index

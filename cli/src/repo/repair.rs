@@ -42,6 +42,12 @@ pub fn snapshots(args: &RepairSnapshotsArgs) -> Result<()> {
         for line in &r.lost {
             eprintln!("kura: lost: {line}");
         }
+        if r.read_elsewhere > 0 {
+            eprintln!(
+                "kura: {} blobs are indexed in packs that are not stored, and kept: another pack holds them; run `kura repair index` so that restores read them there",
+                r.read_elsewhere
+            );
+        }
         for (old, new) in &r.repaired {
             println!("snapshot {} repaired as {}", old.short(), new.short());
         }
