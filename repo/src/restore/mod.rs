@@ -138,6 +138,6 @@ pub async fn restore_file_to<S: Storage>(
     repo.progress.set_total(node.size.unwrap_or(0));
     let path = target.path();
     let n = write::write_file(repo, node, &target.file, path, holes).await?;
-    target.file.sync_all().map_err(|e| RepoError::io(path, e))?;
+    target.finish()?;
     Ok(n)
 }

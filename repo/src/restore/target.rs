@@ -1,6 +1,6 @@
 //! Where a one-file snapshot (an image, a stream) is restored: a block device, opened
 //! exclusively and checked to hold the whole image before a byte is written, or a
-//! regular file, created or replaced.
+//! regular file, created or replaced whole (written beside it and renamed over it).
 //!
 //! On Linux, `O_EXCL` without `O_CREAT` on a block device asks for an exclusive open: the
 //! kernel refuses it (`EBUSY`) while the device is mounted, part of a device-mapper or
@@ -22,12 +22,16 @@ pub struct FileTarget {
     path: PathBuf,
     /// The device's size, for a block device.
     device_size: Option<u64>,
+    /// For a regular file: where its content is written until it is whole.
+    beside: Option<Beside>,
 }
 
 impl FileTarget {
     /// Opens `path` for `node`'s content: a block device exclusively, refused when it is
-    /// in use or smaller than the content; anything else created or truncated. Refuses a
-    /// node that is not a regular file before `path` is touched.
+    /// in use or smaller than the content; a regular file (or none) as a new file beside
+    /// it, renamed over it by the restore once whole; anything else (a FIFO, a character
+    /// device) as it is. Refuses a node that is not a regular file before `path` is
+    /// touched.
     ///
     /// # Errors
     /// [`RepoError::Invalid`] for a node that is not a regular file;
@@ -49,7 +53,23 @@ impl FileTarget {
     fn open_as(path: &Path, node: &Node, in_place: bool) -> Result<Self> {
         one_file(node)?;
         let needed = node.size.unwrap_or(0);
-        let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(RepoError::io(path, e)),
+        };
+        let is_device = meta
+            .as_ref()
+            .is_some_and(|m| m.file_type().is_block_device());
+        if !in_place && meta.as_ref().is_none_or(std::fs::Metadata::is_file) {
+            let (file, beside) = Beside::create(path)?;
+            return Ok(Self {
+                file,
+                path: path.to_path_buf(),
+                device_size: None,
+                beside: Some(beside),
+            });
+        }
         if !is_device {
             // Without waiting: a FIFO at the name would block the open for a reader. In
             // place, read too: blocks are read back to check that it holds the older image.
@@ -74,6 +94,7 @@ impl FileTarget {
                 file,
                 path: path.to_path_buf(),
                 device_size: None,
+                beside: None,
             });
         }
         // Read too: `--only-changed-since` reads blocks back to check what it holds.
@@ -104,6 +125,7 @@ impl FileTarget {
             file,
             path: path.to_path_buf(),
             device_size: Some(size),
+            beside: None,
         })
     }
 
@@ -117,6 +139,122 @@ impl FileTarget {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Makes what was written durable and, for a regular file, puts it in place.
+    pub(super) fn finish(mut self) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(|e| RepoError::io(&self.path, e))?;
+        match self.beside.take() {
+            Some(beside) => beside.rename_over(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A regular file's content written under a temporary name in the file's directory and
+/// renamed over it only once whole and synced, so that a restore that fails (an outage, a
+/// damaged pack, a full disk) leaves the file that was there, and no partial one under
+/// its name. The new file takes the old one's mode and owner. Removed when dropped
+/// unfinished.
+#[derive(Debug)]
+struct Beside {
+    temp: PathBuf,
+    /// The file replaced: the path given, or the file a symlink there points at.
+    real: PathBuf,
+    placed: bool,
+}
+
+impl Beside {
+    fn create(path: &Path) -> Result<(File, Self)> {
+        let real = if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) {
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+        } else {
+            path.to_path_buf()
+        };
+        let dir = match real.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let old = match std::fs::metadata(&real) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(RepoError::io(path, e)),
+        };
+        let (file, temp) = loop {
+            let temp = dir.join(format!(
+                "{}{:016x}",
+                super::unfinished::TEMP_PREFIX,
+                super::write::temp_number()?
+            ));
+            // 0666 less the umask for a new file, as a plain create gives.
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .custom_flags(
+                    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC)
+                        .bits()
+                        .cast_signed(),
+                )
+                .open(&temp)
+            {
+                Ok(f) => break (f, temp),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(RepoError::io(path, e)),
+            }
+        };
+        let beside = Self {
+            temp,
+            real,
+            placed: false,
+        };
+        if let Some(old) = old {
+            use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+            // The owner first: a change of owner clears set-ID bits.
+            if (old.uid(), old.gid())
+                != (
+                    rustix::process::getuid().as_raw(),
+                    rustix::process::getgid().as_raw(),
+                )
+            {
+                rustix::fs::fchown(
+                    &file,
+                    Some(rustix::fs::Uid::from_raw(old.uid())),
+                    Some(rustix::fs::Gid::from_raw(old.gid())),
+                )
+                .map_err(|e| {
+                    RepoError::Invalid(format!(
+                        "{} is not this user's: it cannot be replaced with a file of the same owner ({e})",
+                        path.display()
+                    ))
+                })?;
+            }
+            file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
+                .map_err(|e| RepoError::io(path, e))?;
+        }
+        Ok((file, beside))
+    }
+
+    fn rename_over(mut self) -> Result<()> {
+        std::fs::rename(&self.temp, &self.real).map_err(|e| RepoError::io(&self.real, e))?;
+        self.placed = true;
+        // The rename itself is durable once the directory is synced.
+        if let Some(dir) = self.real.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| RepoError::io(dir, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
     }
 }
 

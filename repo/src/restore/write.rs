@@ -214,7 +214,7 @@ fn open_temp_file(
 /// there (a `getrandom` per restored file cost 8% of a small-file restore's system time).
 /// Guessing the next name gains nothing: files are created `O_EXCL`, and a name someone
 /// else took is skipped.
-fn temp_number() -> Result<u64> {
+pub(super) fn temp_number() -> Result<u64> {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     // Without a random start (the source failed), no names at all, as before.

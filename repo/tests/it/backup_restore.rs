@@ -871,3 +871,46 @@ async fn a_backup_whose_caller_stops_waiting_stops_reading_its_source() {
     .unwrap();
     assert!(refused, "the backup went on reading its source");
 }
+
+/// Before: a one-file restore onto an existing file (`kura restore SNAP image.raw`)
+/// truncated it before it fetched a byte, so a restore that failed (here a damaged pack)
+/// left it empty. The content is written beside it and renamed over it once whole, with
+/// the old file's mode.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_file_restore_replaces_the_file_only_once_whole_and_keeps_its_mode() {
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = pseudo_random(1 << 20, 6);
+    std::fs::write(src.path().join("f"), &data).unwrap();
+    let mut repo = Repository::init(env.storage("onto"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![src.path().join("f")]), opts())
+        .await
+        .unwrap();
+    let node = repo.read_tree(&snap.tree).await.unwrap().nodes.remove(0);
+    let out = tempfile::tempdir().unwrap();
+    let target = out.path().join("t.img");
+    std::fs::write(&target, b"an older image").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    kura_repo::restore_file(&repo, &node, &target).await.unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), data);
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o640);
+
+    damage(&packs(&env), false);
+    std::fs::write(&target, b"the image that was there").unwrap();
+    let err = kura_repo::restore_file(&repo, &node, &target)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RepoError::Storage { .. } | RepoError::Corrupt { .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"the image that was there");
+    let left: Vec<_> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["t.img"], "no temporary file left");
+}
