@@ -47,17 +47,24 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
 }
 
 fn init_logging(format: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KURA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
-        // s3s logs whole requests (Authorization headers, presigned signatures) and the
-        // signature it expected at debug level: never let those reach a log.
-        .add_directive("s3s=info".parse().expect("a valid directive"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    use tracing_subscriber::filter::{FilterExt as _, filter_fn};
+    use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let asked = tracing_subscriber::EnvFilter::try_from_env("KURA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // s3s logs whole requests (Authorization headers, presigned signatures) and the
+    // signature it expected at debug level: never let those reach a log. A filter of its
+    // own, beside what KURA_LOG asks: a directive there more specific than any guard
+    // (`s3s::service=debug`) or one for a span (`[request]=debug`) would win over it.
+    let no_s3s_debug = filter_fn(|meta| {
+        !(meta.target().starts_with("s3s") && *meta.level() > tracing::Level::INFO)
+    });
+    let filter = asked.and(no_s3s_debug);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry();
     match format {
-        "json" => builder.json().init(),
-        "text" => builder.init(),
+        "json" => registry.with(layer.json().with_filter(filter)).init(),
+        "text" => registry.with(layer.with_filter(filter)).init(),
         other => anyhow::bail!("--log-format must be text or json, not {other:?}"),
     }
     Ok(())

@@ -893,7 +893,9 @@ async fn a_one_file_restore_replaces_the_file_only_once_whole_and_keeps_its_mode
     let target = out.path().join("t.img");
     std::fs::write(&target, b"an older image").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
-    kura_repo::restore_file(&repo, &node, &target).await.unwrap();
+    kura_repo::restore_file(&repo, &node, &target)
+        .await
+        .unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), data);
     let mode = std::fs::metadata(&target).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o640);
