@@ -53,7 +53,7 @@ pub struct Gateway {
     /// Listed objects whose header and trailer were read and are not kura's: listings
     /// report their stored size without reading them again, so that objects planted in
     /// the bucket cost their reads once, not on every page that lists them.
-    pub(crate) unreadable: moka::future::Cache<StoredKey, ()>,
+    pub(crate) unreadable: moka::future::Cache<StoredKey, crate::object::Unopened>,
 }
 
 impl Gateway {

@@ -82,24 +82,29 @@ fn metadata_replaced() -> S3Error {
     keys_error(kura_keys::Error::TamperedHeader)
 }
 
-/// The user metadata of an object whose body header has not been read (HEAD). With a
-/// header copy, it is opened as [`open_metadata_of`] does. Without one, the object is
-/// either another writer's, whose metadata is shown as stored, or kura's with its
-/// metadata removed by someone who can write the bucket, which is an error: the body's
-/// header is read to tell which (once, then the gateway's cache).
+/// The user metadata of an object whose body header has not been read (HEAD). The
+/// body's header is read (once per ETag, then the gateway's cache) to tell a kura object
+/// from another writer's. A kura body's metadata is opened as [`open_metadata_of`] does:
+/// its header copy must wrap the body's data key, or it is an older version's or another
+/// object's. Another writer's is shown as stored, unless it carries a header copy (kura's
+/// metadata moved beside a body that is not kura's). A kura body that does not open here
+/// is an error, not another writer's: its metadata in the clear is a bucket writer's.
 pub(crate) async fn open_metadata(
     gw: &Gateway,
     (bucket, key, version): (&str, &str, Option<&str>),
     etag: Option<&str>,
     meta: Option<Metadata>,
 ) -> S3Result<Option<Metadata>> {
-    if let Some(header) = metadata_header(gw, bucket, key, meta.as_ref())? {
-        return open_sealed(&header, meta.as_ref());
-    }
-    // Another writer's object is read once per ETag, as listings do (`s3/list.rs`).
+    use crate::object::Seen;
     match crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag).await? {
-        Some(_) => Err(metadata_replaced()),
-        None => Ok(plain(meta)),
+        Seen::Kura(located) => {
+            open_metadata_of(gw, (bucket, key), meta.as_ref(), &located.commitment)
+        }
+        Seen::Foreign => match metadata_header(gw, bucket, key, meta.as_ref())? {
+            Some(_) => Err(metadata_replaced()),
+            None => Ok(plain(meta)),
+        },
+        Seen::Unverified(e) => Err(e),
     }
 }
 

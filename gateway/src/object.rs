@@ -142,29 +142,49 @@ pub(crate) enum LocateError {
     /// Reading from the upstream failed: its error answer (after the retries), or a body
     /// that broke off. Trying again later may succeed.
     Upstream(S3Error),
-    /// The upstream's bytes are no object this gateway can open: another writer's, one
-    /// under a key not in the key file, or damaged.
-    Unreadable(S3Error),
+    /// The upstream's bytes are not a kura object (no kura magic): another writer's.
+    Foreign(S3Error),
+    /// The bytes are kura's, but do not open here: a header that does not verify (damaged,
+    /// moved from another object, under a key not in the key file) or a damaged layout.
+    Unverified(S3Error),
 }
 
 impl From<LocateError> for S3Error {
     fn from(e: LocateError) -> Self {
         match e {
-            LocateError::Upstream(e) | LocateError::Unreadable(e) => e,
+            LocateError::Upstream(e) | LocateError::Foreign(e) | LocateError::Unverified(e) => e,
         }
     }
 }
 
-/// [`try_locate`] for a caller that needs only to tell a kura object from another writer's
-/// (listings, a HEAD without a header copy): `Ok(None)` for bytes that are not kura's, which
-/// are remembered by `identity` (the stored bytes' ETag, or what else tells them apart) and
-/// not read again while it holds; the upstream's error when the read itself failed.
+/// What [`locate_unless_foreign`] found.
+pub(crate) enum Seen {
+    /// A kura object whose header verified.
+    Kura(Arc<Located>),
+    /// Another writer's bytes.
+    Foreign,
+    /// Kura's bytes that do not open here, with why.
+    Unverified(S3Error),
+}
+
+/// Why stored bytes did not open, as [`Gateway::unreadable`] remembers it.
+#[derive(Clone)]
+pub(crate) enum Unopened {
+    Foreign,
+    /// Kura's: the error's code and message, to answer with again.
+    Unverified(s3s::S3ErrorCode, Option<String>),
+}
+
+/// [`try_locate`] for a caller that must tell a kura object from another writer's
+/// (listings, a HEAD): bytes that do not open are remembered by `identity` (the stored
+/// bytes' ETag, or what else tells them apart) and not read again while it holds; the
+/// upstream's error when the read itself failed.
 pub(crate) async fn locate_unless_foreign(
     gw: &Gateway,
     (bucket, key, version_id): (&str, &str, Option<&str>),
     etag: Option<&str>,
     identity: Option<&str>,
-) -> S3Result<Option<Arc<Located>>> {
+) -> S3Result<Seen> {
     let known = identity.map(|identity| {
         let version = version_id.map(str::to_string);
         (
@@ -175,21 +195,33 @@ pub(crate) async fn locate_unless_foreign(
         )
     });
     if let Some(k) = &known
-        && gw.unreadable.contains_key(k)
+        && let Some(why) = gw.unreadable.get(k).await
     {
-        return Ok(None);
+        return Ok(match why {
+            Unopened::Foreign => Seen::Foreign,
+            Unopened::Unverified(code, message) => Seen::Unverified(match message {
+                Some(m) => S3Error::with_message(code, m),
+                None => S3Error::new(code),
+            }),
+        });
     }
-    match try_locate(gw, bucket, key, version_id, etag).await {
-        Ok(located) => Ok(Some(located)),
-        Err(LocateError::Unreadable(e)) => {
-            tracing::warn!(bucket, key, error = %e, "the object is not a readable kura object; its stored size and metadata are shown");
-            if let Some(k) = known {
-                gw.unreadable.insert(k, ()).await;
-            }
-            Ok(None)
+    let (seen, why) = match try_locate(gw, bucket, key, version_id, etag).await {
+        Ok(located) => return Ok(Seen::Kura(located)),
+        Err(LocateError::Upstream(e)) => return Err(e),
+        Err(LocateError::Foreign(e)) => {
+            tracing::warn!(bucket, key, error = %e, "the object is not kura's; its stored size and metadata are shown");
+            (Seen::Foreign, Unopened::Foreign)
         }
-        Err(LocateError::Upstream(e)) => Err(e),
+        Err(LocateError::Unverified(e)) => {
+            tracing::warn!(bucket, key, error = %e, "a kura object that does not open; listings show its stored size");
+            let why = Unopened::Unverified(e.code().clone(), e.message().map(str::to_string));
+            (Seen::Unverified(e), why)
+        }
+    };
+    if let Some(k) = known {
+        gw.unreadable.insert(k, why).await;
     }
+    Ok(seen)
 }
 
 /// [`locate_current`], telling a failed upstream read from bytes that are not kura's.
@@ -200,8 +232,7 @@ pub(crate) async fn try_locate(
     version_id: Option<&str>,
     etag: Option<&str>,
 ) -> Result<Arc<Located>, LocateError> {
-    use LocateError::{Unreadable, Upstream};
-    let format = |e: kura_keys::Error| Unreadable(keys_error(e));
+    use LocateError::{Foreign, Unverified, Upstream};
     let cache_key = (
         bucket.to_string(),
         key.to_string(),
@@ -229,6 +260,17 @@ pub(crate) async fn try_locate(
     let upstream_etag = head.e_tag.as_ref().map(|e| e.value().to_string());
     let last_modified = head.last_modified.clone();
     let bytes = collect(head.body, HEADER_SIZE).await.map_err(Upstream)?;
+    // Bytes that begin with kura's magic are kura's, whatever else is wrong with them:
+    // a HEAD must not take them for another writer's and show metadata stored in the
+    // clear beside them (SPEC 7).
+    let kura = bytes.starts_with(&kura_keys::format::MAGIC);
+    let format = |e: kura_keys::Error| {
+        if kura {
+            Unverified(keys_error(e))
+        } else {
+            Foreign(keys_error(e))
+        }
+    };
     let name = ObjectName::new(bucket, key).map_err(format)?;
     let verified = Header::parse(&bytes)
         .and_then(|h| h.verify(&gw.keys(), &name))

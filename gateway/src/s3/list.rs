@@ -21,7 +21,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::etag;
 use crate::gateway::Gateway;
-use crate::object::locate_unless_foreign;
+use crate::object::{Seen, locate_unless_foreign};
 use crate::upstream::request;
 
 /// What a listed object's stored size says about its plaintext size (SPEC 6.1).
@@ -113,8 +113,8 @@ async fn plaintext_size(
         .map(str::to_string)
         .or_else(|| modified.map(|t| format!("{stored} bytes, modified {t:?}")));
     match locate_unless_foreign(gw, (bucket, key, version), etag, identity.as_deref()).await {
-        Ok(Some(l)) => Ok(i64::try_from(l.size()).ok()),
-        Ok(None) => Ok(Some(stored)),
+        Ok(Seen::Kura(l)) => Ok(i64::try_from(l.size()).ok()),
+        Ok(Seen::Foreign | Seen::Unverified(_)) => Ok(Some(stored)),
         Err(e) => Err(changed_while_listed(e)),
     }
 }

@@ -553,8 +553,22 @@ async fn range_reads_refuse_metadata_from_another_version() {
 /// Rewrites `key` on the upstream: the same ciphertext, with `metadata` instead of what
 /// kura stored.
 async fn rewrite_metadata(env: &Env, key: &str, metadata: &[(&str, &str)]) {
-    let up = env.bucket_writer();
-    let body = up
+    let body = stored_body(env, key).await;
+    let mut put = env
+        .bucket_writer()
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(body.into());
+    for (k, v) in metadata {
+        put = put.metadata(*k, *v);
+    }
+    put.send().await.unwrap();
+}
+
+/// The stored bytes of `key`, as the upstream holds them.
+async fn stored_body(env: &Env, key: &str) -> bytes::Bytes {
+    env.bucket_writer()
         .get_object()
         .bucket(BUCKET)
         .key(key)
@@ -565,12 +579,23 @@ async fn rewrite_metadata(env: &Env, key: &str, metadata: &[(&str, &str)]) {
         .collect()
         .await
         .unwrap()
-        .into_bytes();
-    let mut put = up.put_object().bucket(BUCKET).key(key).body(body.into());
-    for (k, v) in metadata {
-        put = put.metadata(*k, *v);
-    }
-    put.send().await.unwrap();
+        .into_bytes()
+}
+
+/// Asserts that HEAD of `key` through the gateway fails.
+async fn head_fails(env: &Env, key: &str) {
+    let head = env
+        .client
+        .head_object()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await;
+    assert!(
+        head.is_err(),
+        "HEAD of {key} showed {:?}",
+        head.map(|h| h.metadata().cloned())
+    );
 }
 
 /// The stored metadata of `key`, as the upstream holds it.
@@ -636,6 +661,57 @@ async fn metadata_rewritten_in_the_clear_on_the_upstream_is_never_shown() {
         );
     }
     assert!(get.is_err(), "GET of an object whose metadata was replaced");
+}
+
+/// Before: HEAD opened the metadata with its own header copy and never compared that
+/// copy with the body's header (SPEC 7), as GETs do. A bucket writer who saved an older
+/// version's metadata and put it back beside the new body had HEAD show the old values
+/// with the new body's size and ETag.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_refuses_metadata_saved_from_an_older_version_of_the_object() {
+    let env = Env::start().await;
+    let put = |v: &'static str, seed| {
+        env.client
+            .put_object()
+            .bucket(BUCKET)
+            .key("m")
+            .metadata("v", v)
+            .body(pseudo_random(5000, seed).into())
+            .send()
+    };
+    put("old", 1).await.unwrap();
+    let old = stored_metadata(&env, "m").await;
+    put("new", 2).await.unwrap();
+    let old: Vec<(&str, &str)> = old.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    rewrite_metadata(&env, "m", &old).await;
+    head_fails(&env, "m").await;
+}
+
+/// Before: a body that is kura's but does not verify under its key (here another
+/// object's ciphertext, bound to that object's name) was taken for another writer's, so
+/// HEAD showed the metadata a bucket writer stored in the clear beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_refuses_clear_metadata_beside_another_objects_kura_body() {
+    let env = Env::start().await;
+    env.client
+        .put_object()
+        .bucket(BUCKET)
+        .key("a")
+        .metadata("owner", "alice")
+        .body(ByteStream::from_static(b"contents"))
+        .send()
+        .await
+        .unwrap();
+    env.bucket_writer()
+        .put_object()
+        .bucket(BUCKET)
+        .key("b")
+        .metadata("owner", "attacker")
+        .body(stored_body(&env, "a").await.into())
+        .send()
+        .await
+        .unwrap();
+    head_fails(&env, "b").await;
 }
 
 /// Issue 23 item 1: a copy keeps its source's data key. The sealed metadata of a copy
