@@ -8,7 +8,7 @@ use std::sync::Arc;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::{
-    CopyObjectInput, CopySource, CreateMultipartUploadInput, DeleteObjectInput,
+    CopyObjectInput, CopySource, CreateBucketInput, CreateMultipartUploadInput, DeleteObjectInput,
     DeleteObjectTaggingInput, DeleteObjectsInput, PutBucketVersioningInput, PutObjectInput,
     PutObjectLegalHoldInput, PutObjectRetentionInput, PutObjectTaggingInput, UploadPartCopyInput,
     UploadPartInput,
@@ -184,6 +184,18 @@ impl S3Access for Credentials {
     }
 
     // Client powers (`powers.rs`): checked before any handler runs.
+
+    async fn create_bucket(&self, req: &mut S3Request<CreateBucketInput>) -> S3Result<()> {
+        let powers = self.powers(req).clone();
+        powers.bucket_canned_acl(&mut req.input.acl)?;
+        let i = &req.input;
+        let grants = i.grant_full_control.is_some()
+            || i.grant_read.is_some()
+            || i.grant_read_acp.is_some()
+            || i.grant_write.is_some()
+            || i.grant_write_acp.is_some();
+        powers.require(Power::Acl, grants)
+    }
 
     async fn put_object(&self, req: &mut S3Request<PutObjectInput>) -> S3Result<()> {
         let powers = self.powers(req).clone();

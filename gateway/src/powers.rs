@@ -23,7 +23,7 @@
 
 use std::fmt;
 
-use s3s::dto::ObjectCannedACL;
+use s3s::dto::{BucketCannedACL, ObjectCannedACL};
 use s3s::{S3Result, s3_error};
 
 /// One power a credential may be given.
@@ -36,7 +36,8 @@ pub enum Power {
     Retention,
     /// PutObjectLegalHold.
     LegalHold,
-    /// ACLs other than `private` and `bucket-owner-full-control`, and grants.
+    /// ACLs other than `private` and `bucket-owner-full-control`, and grants, on objects
+    /// and on CreateBucket.
     Acl,
     /// `x-amz-website-redirect-location`.
     WebsiteRedirect,
@@ -140,6 +141,22 @@ impl Powers {
                 ObjectCannedACL::PRIVATE | ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL
             )
         });
+        self.default_dropped(acl, default)
+    }
+
+    /// As [`Powers::canned_acl`], for CreateBucket: `private` is dropped, any other
+    /// (`public-read`, `public-read-write`, `authenticated-read`) needs [`Power::Acl`].
+    ///
+    /// # Errors
+    /// As [`Powers::require`].
+    pub fn bucket_canned_acl(&self, acl: &mut Option<BucketCannedACL>) -> S3Result<()> {
+        let default = acl
+            .as_ref()
+            .is_some_and(|a| a.as_str() == BucketCannedACL::PRIVATE);
+        self.default_dropped(acl, default)
+    }
+
+    fn default_dropped<T>(&self, acl: &mut Option<T>, default: bool) -> S3Result<()> {
         if default && !self.allows(Power::Acl) {
             *acl = None;
         }

@@ -58,6 +58,13 @@ impl S3 for RecordingUpstream {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let i = &req.input;
+        if i.acl.is_some() {
+            self.saw("CreateBucket acl");
+        }
+        if i.grant_read.is_some() || i.grant_write.is_some() || i.grant_full_control.is_some() {
+            self.saw("CreateBucket grant");
+        }
         self.inner.create_bucket(req).await
     }
     async fn put_object(
@@ -249,6 +256,28 @@ async fn use_every_power(c: &aws_sdk_s3::Client) -> Vec<(&'static str, u16)> {
                     .bucket(BUCKET)
                     .key("m")
                     .acl(public())
+                    .send()
+                    .await,
+            ),
+        ),
+        // Before, these two reached the upstream: a bucket created public, or writable
+        // by anyone, with the gateway's identity.
+        (
+            "bucket acl",
+            answer(
+                c.create_bucket()
+                    .bucket("made-public")
+                    .acl(aws_sdk_s3::types::BucketCannedAcl::PublicRead)
+                    .send()
+                    .await,
+            ),
+        ),
+        (
+            "bucket grant",
+            answer(
+                c.create_bucket()
+                    .bucket("made-writable")
+                    .grant_write(all_users)
                     .send()
                     .await,
             ),
