@@ -527,7 +527,7 @@ impl<S: Storage> Walker<S> {
                 }
             }
         }
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        in_tree_order(&mut names);
         // The parent's subtrees are read ahead while the entries before them are walked;
         // those of subdirectories gone since the parent stop when the directory is done.
         let ahead = {
@@ -633,4 +633,24 @@ fn unique_top_names(list: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sorts a directory's names by their bytes (a tree's order, FORMAT.md) and drops repeats:
+/// a listing read while files are renamed can return a name twice (NFS, FUSE, tmpfs on
+/// some kernels), and a tree with a name twice is one that a restore refuses whole.
+fn in_tree_order(names: &mut Vec<std::ffi::OsString>) {
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    names.dedup();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    #[test]
+    fn a_name_listed_twice_is_walked_once_and_names_sort_by_their_bytes() {
+        let mut names: Vec<OsString> = ["b", "a", "B", "b", "\u{e9}"].map(OsString::from).into();
+        super::in_tree_order(&mut names);
+        assert_eq!(names, ["B", "a", "b", "\u{e9}"].map(OsString::from));
+    }
 }
