@@ -4,6 +4,7 @@
 mod args;
 mod gateway;
 mod keys;
+mod limits;
 mod progress;
 mod repo;
 
@@ -13,6 +14,7 @@ use clap::Parser as _;
 
 fn main() -> ExitCode {
     let args = args::Cli::parse();
+    limits::raise_open_files();
     let result = match args.command {
         args::Command::Keys(cmd) => keys::run(cmd),
         args::Command::Gateway(args) => gateway::run(*args),

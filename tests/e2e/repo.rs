@@ -1231,3 +1231,37 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("2097152 of 4194304 bytes written"), "{err}");
 }
+
+/// Before: a restore held each directory it was writing into open, and up to about 2,000
+/// small files queued from as many directories: under the common soft limit of 1,024
+/// open files (here 64), a tree of many small directories ran out (`EMFILE`) and the
+/// restore stopped. kura raises its soft limit to the hard one, as Go programs (restic)
+/// do.
+#[test]
+fn a_restore_of_many_small_directories_runs_under_a_low_open_file_limit() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    for d in 0..600 {
+        let dir = src.path().join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), format!("file {d}")).unwrap();
+    }
+    ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
+    let target = tempfile::tempdir().unwrap();
+    let restore = command(&gw, &["restore", "latest", target.path().to_str().unwrap()]);
+    // Only the soft limit: the hard one stays as it is (raising it needs a privilege).
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -Sn 64 && exec \"$0\" \"$@\""])
+        .arg(restore.get_program())
+        .args(restore.get_args())
+        .envs(restore.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    ok(&out);
+    let name = src.path().file_name().unwrap();
+    for d in [0, 299, 599] {
+        let f = target.path().join(name).join(format!("d{d:03}/f"));
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), format!("file {d}"));
+    }
+}
