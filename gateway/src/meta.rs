@@ -95,8 +95,17 @@ pub(crate) async fn open_metadata(
     etag: Option<&str>,
     meta: Option<Metadata>,
 ) -> S3Result<Option<Metadata>> {
-    use crate::object::Seen;
-    match crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag).await? {
+    use crate::object::{Seen, changed_while_read, is_precondition_failed};
+    let seen = crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag)
+        .await
+        .map_err(|e| {
+            if etag.is_some() && is_precondition_failed(&e) {
+                changed_while_read()
+            } else {
+                e
+            }
+        })?;
+    match seen {
         Seen::Kura(located) => {
             open_metadata_of(gw, (bucket, key), meta.as_ref(), &located.commitment)
         }

@@ -125,16 +125,29 @@ pub(crate) async fn locate_current(
     etag: Option<&str>,
 ) -> S3Result<Arc<Located>> {
     match try_locate(gw, bucket, key, version_id, etag).await {
-        Err(LocateError::Upstream(e))
-            if etag.is_some() && *e.code() == s3s::S3ErrorCode::PreconditionFailed =>
-        {
-            Err(s3_error!(
-                SlowDown,
-                "the object changed while it was being read; try again"
-            ))
+        Err(LocateError::Upstream(e)) if etag.is_some() && is_precondition_failed(&e) => {
+            Err(changed_while_read())
         }
         r => Ok(r?),
     }
+}
+
+const CHANGED_WHILE_READ: &str = "the object changed while it was being read; try again";
+
+/// The answer to a read pinned to an ETag the object no longer has (it was replaced
+/// meanwhile): 503 SlowDown, which clients retry.
+pub(crate) fn changed_while_read() -> S3Error {
+    S3Error::with_message(s3s::S3ErrorCode::SlowDown, CHANGED_WHILE_READ)
+}
+
+/// Whether `e` is [`changed_while_read`]'s answer (a HEAD then asks again itself).
+pub(crate) fn is_changed_while_read(e: &S3Error) -> bool {
+    *e.code() == s3s::S3ErrorCode::SlowDown && e.message() == Some(CHANGED_WHILE_READ)
+}
+
+/// Whether the upstream refused a read pinned with If-Match.
+pub(crate) fn is_precondition_failed(e: &S3Error) -> bool {
+    *e.code() == s3s::S3ErrorCode::PreconditionFailed
 }
 
 /// Why [`try_locate`] has no object to give.
@@ -249,6 +262,15 @@ pub(crate) async fn try_locate(
     let head = get_range(gw, bucket, key, version_id, 0, HEADER_SIZE as u64 - 1, etag)
         .await
         .map_err(Upstream)?;
+    // A store that ignores If-Match on reads (s3s-fs) answers with what it holds now.
+    if let Some(want) = etag
+        && head.e_tag.as_ref().is_some_and(|got| got.value() != want)
+    {
+        return Err(Upstream(s3_error!(
+            PreconditionFailed,
+            "the object changed since its ETag was read"
+        )));
+    }
     let ciphertext_len = total_from_content_range(head.content_range.as_deref())
         .or_else(|| head.content_length.and_then(|n| u64::try_from(n).ok()))
         .ok_or_else(|| {

@@ -313,11 +313,27 @@ async fn get_span(
     Ok(S3Response::new(output))
 }
 
+/// How many times a HEAD asks the upstream again when the object changed between its
+/// upstream HEAD and the read of the body's header pinned to it (a writer replacing the
+/// object often, as a backup's session object is), before it answers 503 SlowDown.
+const HEAD_TRIES: usize = 3;
+
 pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let input = req.input;
+    let mut tries = 1;
+    loop {
+        match head_once(gw, req.input.clone()).await {
+            Err(e) if crate::object::is_changed_while_read(&e) && tries < HEAD_TRIES => {
+                tries += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+async fn head_once(gw: &Gateway, input: HeadObjectInput) -> S3Result<S3Response<HeadObjectOutput>> {
     check_key(&input.key)?;
     range_and_part_number(input.range.as_ref(), input.part_number)?;
     let conditions = conditions_of!(input);

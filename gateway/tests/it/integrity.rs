@@ -1,6 +1,8 @@
 //! Nothing lost, nothing forged: the upstream holds no plaintext, a tampered object at rest
 //! never yields its bytes, and a body that is not what the client declared is not stored.
 
+use std::sync::Arc;
+
 use aws_sdk_s3::primitives::ByteStream;
 
 use crate::harness::{BUCKET, Env, code, files_under, pseudo_random, status};
@@ -816,4 +818,97 @@ async fn another_writers_object_shows_its_metadata_and_is_read_once_to_tell() {
     head().await.unwrap();
     head().await.unwrap();
     assert_eq!(gets(), after_first, "read again on a later HEAD");
+}
+
+/// Forwards to s3s-fs; armed with the files of an older version, it puts them back in
+/// place just before the next read of a header (a ranged GET), as a writer going straight
+/// to the upstream between a HEAD and that read would.
+struct ReplacedBeforeItsHeaderIsRead {
+    inner: s3s_fs::FileSystem,
+    older: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<u8>)>>,
+}
+
+#[async_trait::async_trait]
+impl s3s::S3 for ReplacedBeforeItsHeaderIsRead {
+    async fn create_bucket(
+        &self,
+        req: s3s::S3Request<s3s::dto::CreateBucketInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CreateBucketOutput>> {
+        self.inner.create_bucket(req).await
+    }
+    async fn put_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::PutObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::PutObjectOutput>> {
+        self.inner.put_object(req).await
+    }
+    async fn head_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::HeadObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::HeadObjectOutput>> {
+        self.inner.head_object(req).await
+    }
+    async fn get_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectOutput>> {
+        if req.input.range.is_some() {
+            for (path, bytes) in std::mem::take(&mut *self.older.lock().unwrap()) {
+                std::fs::write(path, bytes).unwrap();
+            }
+        }
+        self.inner.get_object(req).await
+    }
+}
+
+/// Before: once HEAD read the body's header to check the metadata against it, an object
+/// replaced between the upstream HEAD and that read failed the HEAD: 412 from a store that
+/// honours If-Match (the embedded one; a backup's session object, rewritten every few
+/// seconds, failed a backup in CI this way), and a tampered-header 500 from one that
+/// ignores it (s3s-fs). The HEAD now asks again, and answers for the object it finds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_of_an_object_replaced_while_it_is_read_answers_for_one_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ReplacedBeforeItsHeaderIsRead {
+        inner: s3s_fs::FileSystem::new(dir.path()).unwrap(),
+        older: std::sync::Mutex::new(Vec::new()),
+    });
+    let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
+    // The config's upstream address is unused: the store is handed in directly.
+    let placeholder = crate::harness::Upstream::s3s_fs().await;
+    let gw = kura_gateway::server::start_with_upstream(
+        crate::harness::gateway_config(&placeholder, keyring),
+        kura_gateway::upstream::Upstream::from_s3(store.clone()),
+    )
+    .await
+    .unwrap();
+    // Without the SDK's retries: a HEAD must not need a client that asks again.
+    let c = crate::harness::client(gw.addr, crate::harness::AK, crate::harness::SK);
+    let c = aws_sdk_s3::Client::from_conf(
+        c.config()
+            .to_builder()
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .build(),
+    );
+    c.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let put = |v: &'static str, seed| {
+        c.put_object()
+            .bucket(BUCKET)
+            .key("m")
+            .metadata("v", v)
+            .body(pseudo_random(5000, seed).into())
+            .send()
+    };
+    put("old", 1).await.unwrap();
+    let files = files_under(dir.path());
+    let older: Vec<_> = files
+        .iter()
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    put("new", 2).await.unwrap();
+    *store.older.lock().unwrap() = older;
+    let head = c.head_object().bucket(BUCKET).key("m").send().await;
+    let head = head.unwrap_or_else(|e| panic!("{:?}: {e:?}", status(&e)));
+    assert_eq!(head.metadata().unwrap()["v"], "old");
+    assert_eq!(head.content_length(), Some(5000));
 }
