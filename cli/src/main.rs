@@ -15,6 +15,24 @@ use clap::Parser as _;
 fn main() -> ExitCode {
     let args = args::Cli::parse();
     limits::raise_open_files();
+    // `check`, `ls`, `diff` and `repair snapshots` recurse once per directory level of a
+    // snapshot, which may nest `kura_repo::MAX_DEPTH` levels.
+    let command = std::thread::Builder::new()
+        .name("kura".into())
+        .stack_size(limits::COMMAND_STACK)
+        .spawn(move || run(args));
+    match command.map(std::thread::JoinHandle::join) {
+        Ok(Ok(code)) => code,
+        // The panic has printed its message.
+        Ok(Err(_)) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("kura: error: cannot start: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: args::Cli) -> ExitCode {
     let result = match args.command {
         args::Command::Keys(cmd) => keys::run(cmd),
         args::Command::Gateway(args) => gateway::run(*args),

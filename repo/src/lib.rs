@@ -32,6 +32,7 @@ mod cdc;
 mod check;
 mod clock;
 mod config;
+mod deep;
 mod diff;
 mod error;
 mod extents;
@@ -85,4 +86,4 @@ pub use snapshot::{BlockRecord, Snapshot, Summary};
 pub use storage::{
     DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage, endpoint_is_protected,
 };
-pub use tree::{Content, Node, NodeType, Tree};
+pub use tree::{Content, MAX_DEPTH, MAX_PATH_BYTES, Node, NodeType, Tree};

@@ -7,6 +7,32 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
 
+/// `MAX_DEPTH`: the deepest directory level that a backup walks into and a restore writes,
+/// the top being the first; and `MAX_PATH_BYTES`, the longest path (from the top) of a
+/// directory either enters. Each level keeps a directory open and its path in memory, so
+/// these bound what a hostile tree or snapshot can make a walk hold (about `MAX_DEPTH`
+/// times `MAX_PATH_BYTES` at most). A directory beyond them is recorded as an error (the
+/// snapshot marked incomplete; the restore lists it) and the walk goes on beside it. Both
+/// are far beyond trees in use: the kernel's `PATH_MAX`, which most programs cannot go
+/// past, is 4,096 bytes. (Before, a tree a thousand levels deep overflowed the backup
+/// walk's stack and killed every backup of it: `deep.rs`.)
+pub const MAX_DEPTH: usize = 4_096;
+
+/// See [`MAX_DEPTH`].
+pub const MAX_PATH_BYTES: usize = 32 << 10;
+
+/// Why a directory at `depth` (the top is 1) with a path of `path_len` bytes is not
+/// walked into, if it is not ([`MAX_DEPTH`]).
+pub(crate) fn too_deep(depth: usize, path_len: usize) -> Option<String> {
+    if depth > MAX_DEPTH {
+        Some(format!("nested more than {MAX_DEPTH} directories deep"))
+    } else if path_len > MAX_PATH_BYTES {
+        Some(format!("its path is longer than {MAX_PATH_BYTES} bytes"))
+    } else {
+        None
+    }
+}
+
 /// A node's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

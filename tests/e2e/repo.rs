@@ -1265,3 +1265,100 @@ fn a_restore_of_many_small_directories_runs_under_a_low_open_file_limit() {
         assert_eq!(std::fs::read_to_string(&f).unwrap(), format!("file {d}"));
     }
 }
+
+/// `kura_repo::MAX_DEPTH`: the deepest directory level a backup walks and a restore
+/// writes (the source's top is the first).
+const MAX_DEPTH: usize = 4_096;
+
+/// Opens the directory `depth` levels of `d` below `root`, through descriptors (the path
+/// grows past `PATH_MAX`), making them where `make`.
+fn nested(root: &Path, depth: usize, make: bool) -> rustix::fd::OwnedFd {
+    use rustix::fs::{Mode, OFlags, mkdirat, openat};
+    let mut dir = openat(rustix::fs::CWD, root, OFlags::DIRECTORY, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        if make {
+            mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
+        }
+        dir = openat(&dir, "d", OFlags::DIRECTORY, Mode::empty()).unwrap();
+    }
+    dir
+}
+
+/// Before: the backup walk recursed once per directory level on a blocking thread's
+/// 2 MiB stack, so a tree nested a thousand levels deep (any user can make one)
+/// overflowed it and killed every backup of the tree (SIGABRT, no snapshot); the
+/// restore's walk and `check`, on the main thread, overflowed below 4,000. They now walk
+/// `MAX_DEPTH` levels, and a deeper directory, or one with a longer path than
+/// `MAX_PATH_BYTES`, is an error that names it.
+#[test]
+fn a_tree_nested_four_thousand_levels_deep_is_backed_up_and_restored() {
+    use rustix::fs::{Mode, OFlags, openat};
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let src = tempfile::tempdir().unwrap();
+    let bottom = nested(src.path(), MAX_DEPTH - 1, true);
+    let f = openat(
+        &bottom,
+        "f",
+        OFlags::CREATE | OFlags::WRONLY,
+        Mode::from_raw_mode(0o644),
+    )
+    .unwrap();
+    rustix::io::write(&f, b"at the bottom").unwrap();
+    let out = kura(&gw, &["backup", src.path().to_str().unwrap()], None);
+    assert!(
+        out.status.code().is_some(),
+        "the backup died on a signal: {:?}",
+        out.status
+    );
+    ok(&out);
+    // `check` walks the snapshot by recursion, on the command thread's stack.
+    ok(&kura(&gw, &["check"], None));
+    let target = tempfile::tempdir().unwrap();
+    ok(&kura(
+        &gw,
+        &["restore", "latest", target.path().to_str().unwrap()],
+        None,
+    ));
+    let restored = nested(
+        &target.path().join(src.path().file_name().unwrap()),
+        MAX_DEPTH - 1,
+        false,
+    );
+    let f = openat(&restored, "f", OFlags::RDONLY, Mode::empty()).unwrap();
+    let mut buf = [0u8; 64];
+    let n = rustix::io::read(&f, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"at the bottom");
+
+    rustix::fs::mkdirat(&bottom, "deeper", Mode::from_raw_mode(0o755)).unwrap();
+    settle();
+    let out = kura(&gw, &["backup", src.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("/deeper: nested more than 4096 directories deep"),
+        "{said}"
+    );
+
+    // A path longer than `kura_repo::MAX_PATH_BYTES` (32 KiB) is refused the same way.
+    let long = tempfile::tempdir().unwrap();
+    let name = "n".repeat(250);
+    let mut dir = openat(
+        rustix::fs::CWD,
+        long.path(),
+        OFlags::DIRECTORY,
+        Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..140 {
+        rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        dir = openat(&dir, name.as_str(), OFlags::DIRECTORY, Mode::empty()).unwrap();
+    }
+    let out = kura(&gw, &["backup", long.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("its path is longer than 32768 bytes"),
+        "{said}"
+    );
+}

@@ -470,6 +470,11 @@ impl<S: Storage> Walker<S> {
     /// `None` when it cannot be listed (recorded as an error). Each entry is looked up by
     /// its name in `dir`, never by a path.
     fn read_dir(&mut self, dir: &OpenDir, before: Option<Id>) -> Result<Option<Tree>> {
+        if let Some(why) = crate::tree::too_deep(self.ahead.len() + 1, dir.path.as_os_str().len()) {
+            self.errors
+                .push(format!("{}: {why}: not backed up", dir.path.display()));
+            return Ok(None);
+        }
         let parent = match before {
             Some(id) => {
                 // Read ahead by the directory above, unless it was the first of two alike.
@@ -535,7 +540,7 @@ impl<S: Storage> Walker<S> {
             TreesAhead::new(self.packer.repo(), subtrees.into_iter().map(Some).collect())
         };
         self.ahead.push((ahead, index));
-        let tree = self.entries(dir, parent.as_ref(), names);
+        let tree = crate::deep::with_room(|| self.entries(dir, parent.as_ref(), names));
         self.ahead.pop();
         tree.map(Some)
     }

@@ -101,7 +101,7 @@ pub(super) async fn restore_tree<S: Storage>(
             tag,
             leftovers,
         };
-        if let Err(e) = restorer.dir(tree, &Dir::new(top), "", false).await {
+        if let Err(e) = restorer.walk(tree, Dir::new(top)).await {
             tally.give_up(e);
         }
         // The queue closes with the restorer: the writers finish what is queued.
@@ -145,35 +145,110 @@ struct Restorer<'a, S: Storage> {
     leftovers: HashSet<u64>,
 }
 
+/// A directory the walk is inside ([`Restorer::walk`]).
+struct Level<S: Storage> {
+    /// Its tree: its subdirectories are entered by their index in it.
+    tree: Tree,
+    dir: Arc<Dir>,
+    /// The subdirectories still to enter, each with its position among them: index in
+    /// `tree`, path from the target, whether selected whole.
+    subdirs: std::iter::Enumerate<std::vec::IntoIter<(usize, String, bool)>>,
+    /// Their trees, read ahead.
+    ahead: TreesAhead<S>,
+    /// Whether anything was written in it so far (its files, or below).
+    wrote: bool,
+    /// How it was entered: `None` for the target's top.
+    entered: Option<Entered>,
+}
+
+/// How a directory was entered, for [`Restorer::leave`].
+struct Entered {
+    /// Its node's index in the tree above.
+    at: usize,
+    /// Its path from the target.
+    rel: String,
+    /// Whether it was selected whole.
+    matched: bool,
+    /// The symlink that stood at its name, set aside.
+    link: Option<PathBuf>,
+    /// Whether a directory was there before.
+    existed: bool,
+}
+
 /// What the walk returns when the writers gave up (their reason is the restore's error).
 fn gave_up() -> RepoError {
     RepoError::Invalid("the restore gave up".into())
 }
 
 impl<S: Storage> Restorer<'_, S> {
-    /// Restores the entries of one directory: all of them when `inside` (the directory
-    /// itself was selected), else those `include` selects. Returns whether it wrote any.
-    /// An error is an abort ([`Tally::failed`]); entries that fail are listed.
-    async fn dir(&mut self, tree: Tree, dir: &Arc<Dir>, rel: &str, inside: bool) -> Result<bool> {
+    /// Restores the tree `tree` into the target's top directory `top`: each directory's
+    /// files, then its subdirectories one after another, depth first, each directory's
+    /// metadata once it is left. A loop over the directories the walk is inside, not a
+    /// recursion: a tree may nest `MAX_DEPTH` levels, and each level would be stack
+    /// frames (about 120 KiB of them in a debug build) and one more poll on every wake-up.
+    /// Returns whether it wrote any entry. An error is an abort ([`Tally::failed`]);
+    /// entries that fail are listed.
+    async fn walk(&mut self, tree: Tree, top: Arc<Dir>) -> Result<bool> {
+        let mut above: Vec<Level<S>> = Vec::new();
+        let mut level = self.level(tree, top, "", false, None).await?;
+        loop {
+            if let Some((at, (i, rel, matched))) = level.subdirs.next() {
+                let tree = level.ahead.tree_at(at).await;
+                let depth = above.len() + 1;
+                if let Some(sub) = self
+                    .enter_level(&level, (i, rel, matched), tree, depth)
+                    .await?
+                {
+                    above.push(std::mem::replace(&mut level, sub));
+                }
+                continue;
+            }
+            let Some(entered) = level.entered.take() else {
+                return Ok(level.wrote);
+            };
+            let mut parent = above.pop().expect("an entered level has one above it");
+            parent.wrote |= self.leave(&parent, level, entered).await?;
+            level = parent;
+        }
+    }
+
+    /// A directory's level: its files queued or written (all of them when `inside`, the
+    /// directory itself selected, else those `include` selects), its subdirectories' trees
+    /// read ahead.
+    async fn level(
+        &mut self,
+        tree: Tree,
+        dir: Arc<Dir>,
+        rel: &str,
+        inside: bool,
+        entered: Option<Entered>,
+    ) -> Result<Level<S>> {
         if self.tally.stopped() {
             return Err(gave_up());
         }
         let mut wrote = false;
+        let mut subdirs = Vec::new();
         if let Err(why) = tree.check_names() {
             let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
             self.tally.failed(rel, e).await?;
-            return Ok(false);
+            return Ok(Level {
+                ahead: TreesAhead::new(self.repo, Vec::new()),
+                subdirs: subdirs.into_iter().enumerate(),
+                tree,
+                dir,
+                wrote,
+                entered,
+            });
         }
         if !self.leftovers.is_empty() {
             remove_leftovers(dir.open.fd(), &self.leftovers);
         }
-        // Directories are recursed into after this directory's files are queued, and get
-        // their metadata last (writing into a directory changes its mtime).
-        let mut subdirs = Vec::new();
+        // Directories are entered after this directory's files are queued, and get their
+        // metadata last (writing into a directory changes its mtime).
         let mut small = Vec::new();
         let mut large = Vec::new();
         let mut links = Vec::new();
-        for node in &tree.nodes {
+        for (i, node) in tree.nodes.iter().enumerate() {
             let name = node.name();
             let rel = if rel.is_empty() {
                 String::from_utf8_lossy(name.as_bytes()).into_owned()
@@ -192,7 +267,7 @@ impl<S: Storage> Restorer<'_, S> {
             }
             if node.kind == Some(NodeType::Dir) {
                 if matched || self.include.may_contain(&rel) {
-                    subdirs.push((node, name, rel, matched));
+                    subdirs.push((i, rel, matched));
                 }
                 continue;
             }
@@ -224,63 +299,102 @@ impl<S: Storage> Restorer<'_, S> {
                 },
             }
         }
-
         // The subdirectories' trees are read while this directory's files are written.
-        let mut ahead = TreesAhead::new(self.repo, subdirs.iter().map(|s| s.0.subtree).collect());
-        self.write_files(dir, small, large, links).await?;
-        for (at, (node, name, rel, matched)) in subdirs.into_iter().enumerate() {
-            let tree = ahead.tree_at(at).await;
-            wrote |= self.subdir(dir, tree, node, &name, &rel, matched).await?;
-        }
-        Ok(wrote)
+        let ahead = TreesAhead::new(
+            self.repo,
+            subdirs
+                .iter()
+                .map(|(i, ..)| tree.nodes[*i].subtree)
+                .collect(),
+        );
+        self.write_files(&dir, small, large, links).await?;
+        Ok(Level {
+            ahead,
+            subdirs: subdirs.into_iter().enumerate(),
+            tree,
+            dir,
+            wrote,
+            entered,
+        })
     }
 
-    /// Restores the subdirectory `node` (`name` in `dir`, `rel` from the target; all of it
-    /// when `matched`) from its tree `tree`, as read ahead. Returns whether it wrote any.
-    async fn subdir(
+    /// Enters the subdirectory `i` of `parent`'s tree (`rel` from the target; all of it
+    /// when `matched`), whose tree was read ahead as `tree`, `depth` levels below the
+    /// target: its level, or `None` when it could not be entered (listed as failed).
+    async fn enter_level(
         &mut self,
-        dir: &Arc<Dir>,
+        parent: &Level<S>,
+        (i, rel, matched): (usize, String, bool),
         tree: Option<Result<Tree>>,
-        node: &Node,
-        name: &OsStr,
-        rel: &str,
-        matched: bool,
-    ) -> Result<bool> {
-        // A directory entered only because a pattern may match below it is removed again
-        // when nothing did (unless it was there before), and a symlink that stood in its
-        // place is put back.
-        let (link, existed, tree, sub) = match Self::enter(tree, &dir.open, name) {
+        depth: usize,
+    ) -> Result<Option<Level<S>>> {
+        if let Some(why) = crate::tree::too_deep(depth, rel.len()) {
+            let e = RepoError::Invalid(format!("{why}: not restored"));
+            self.tally.failed(&rel, e).await?;
+            return Ok(None);
+        }
+        let name = parent.tree.nodes[i].name();
+        let (link, existed, tree, sub) = match Self::enter(tree, &parent.dir.open, &name) {
             Ok(entered) => entered,
             Err(e) => {
-                self.tally.failed(rel, e).await?;
-                return Ok(false);
+                self.tally.failed(&rel, e).await?;
+                return Ok(None);
             }
         };
-        let sub = Dir::new(sub);
-        let below = match tree {
-            Some(tree) => Box::pin(self.dir(tree, &sub, rel, matched)).await?,
-            None => false,
+        let entered = Entered {
+            at: i,
+            rel: rel.clone(),
+            matched,
+            link,
+            existed,
         };
-        if matched || below {
+        // A directory node without a tree restores as an empty directory.
+        let tree = tree.unwrap_or_default();
+        self.level(tree, Dir::new(sub), &rel, matched, Some(entered))
+            .await
+            .map(Some)
+    }
+
+    /// Leaves the directory of `level`, entered from `parent` as `entered`: its metadata
+    /// (once the last of its files queued is written), or, when it was entered only
+    /// because a pattern may match below it and nothing did, it is removed again (unless
+    /// it was there before) and a symlink that stood in its place is put back. Returns
+    /// whether anything was written there.
+    async fn leave(
+        &mut self,
+        parent: &Level<S>,
+        level: Level<S>,
+        entered: Entered,
+    ) -> Result<bool> {
+        let node = &parent.tree.nodes[entered.at];
+        let Level {
+            dir: sub,
+            wrote: below,
+            ahead,
+            ..
+        } = level;
+        drop(ahead);
+        if entered.matched || below {
             self.tally.summary(|s| s.dirs += 1);
             // Through the directory's descriptor (its name may be a symlink by now), once
             // the last of its files queued is written.
-            if let Some((node, rel)) = sub.walk_left(node, rel) {
+            if let Some((node, rel)) = sub.walk_left(node, &entered.rel) {
                 let failed = crate::fsmeta::apply_fd(sub.open.fd(), &node);
                 self.tally.meta_failed(failed, &rel);
             }
             return Ok(true);
         }
-        if !existed {
+        if !entered.existed {
             // Nothing was queued for it: no file below was selected.
             drop(sub);
-            let _ = rustix::fs::unlinkat(dir.open.fd(), name, AtFlags::REMOVEDIR);
-            if let Some(target) = link
-                && let Err(e) = rustix::fs::symlinkat(&target, dir.open.fd(), name)
+            let name = node.name();
+            let _ = rustix::fs::unlinkat(parent.dir.open.fd(), &name, AtFlags::REMOVEDIR);
+            if let Some(target) = entered.link
+                && let Err(e) = rustix::fs::symlinkat(&target, parent.dir.open.fd(), &name)
             {
-                let e = RepoError::io(&dir.open.display(name), e.into());
+                let e = RepoError::io(&parent.dir.open.display(&name), e.into());
                 self.tally
-                    .failed(&format!("{rel} (the symlink that was there)"), e)
+                    .failed(&format!("{} (the symlink that was there)", entered.rel), e)
                     .await?;
             }
         }
