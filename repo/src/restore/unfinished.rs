@@ -218,6 +218,13 @@ impl Unfinished {
             return;
         }
         let settled = open_now(self.file.as_fd()).is_some_and(|open| open.is_empty());
+        // What the restores wrote reaches the disk before the marker goes: files were
+        // created at their own names and renamed over old ones without a sync each, and
+        // after a crash the marker must still be there unless they all are whole. Kept
+        // when the sync fails.
+        if settled && rustix::fs::syncfs(top).is_err() {
+            return;
+        }
         if let (true, Ok(ours)) = (settled, rustix::fs::fstat(self.file.as_fd())) {
             unlink_if_same(top, &ours);
         }
