@@ -119,9 +119,8 @@ fn sized_read(
     ))
 }
 
-/// Creates the device node, FIFO or socket `node` describes as `name` in the open
-/// directory `dir` (replacing what is there). Device nodes need privileges; the error says
-/// so.
+/// Creates the device node, FIFO or socket `node` describes as the new name `name` in the
+/// open directory `dir`. Device nodes need privileges; the error says so.
 ///
 /// # Errors
 /// `mknod` failures, and node types that are not special files.
@@ -133,7 +132,6 @@ pub(crate) fn make_special(dir: BorrowedFd<'_>, name: &OsStr, node: &Node) -> io
         Some(NodeType::Socket) => FileType::Socket,
         _ => return Err(io::Error::other("not a special file")),
     };
-    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
     rustix::fs::mknodat(
         dir,
         name,

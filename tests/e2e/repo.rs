@@ -1362,3 +1362,49 @@ fn a_tree_nested_four_thousand_levels_deep_is_backed_up_and_restored() {
         "{said}"
     );
 }
+
+/// Before: a restore removed what stood at an entry's name before it made the device node,
+/// FIFO, socket or symlink there, so a create that failed (a device node without the
+/// privilege to make one) lost the file that was there. The entry is made under a
+/// temporary name and renamed over it.
+#[test]
+fn a_device_node_that_cannot_be_made_leaves_the_file_at_its_name() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    ok(&kura(&gw, &["backup", "/dev/null"], None));
+    let dst = tempfile::tempdir().unwrap();
+    std::fs::write(dst.path().join("null"), b"what was there").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let restore = command(&gw, &["restore", "latest", dst.path().to_str().unwrap()]);
+    let mut unprivileged = if rustix::process::geteuid().is_root() {
+        // As nobody: root could make the node.
+        for d in [dst.path(), home.path()] {
+            rustix::fs::chown(d, Some(rustix::fs::Uid::from_raw(65534)), None).unwrap();
+        }
+        rustix::fs::chown(
+            dst.path().join("null"),
+            Some(rustix::fs::Uid::from_raw(65534)),
+            None,
+        )
+        .unwrap();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(restore.get_program());
+        c
+    } else {
+        Command::new(restore.get_program())
+    };
+    let out = unprivileged
+        .args(restore.get_args())
+        .envs(restore.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("null"), "the skipped node is named: {said}");
+    assert_eq!(
+        std::fs::read(dst.path().join("null")).unwrap(),
+        b"what was there",
+        "{said}"
+    );
+}

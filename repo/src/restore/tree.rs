@@ -19,7 +19,7 @@ use rustix::fs::AtFlags;
 use super::batch::{Dir, FILES_QUEUED, File, is_small};
 use super::tally::Tally;
 use super::unfinished::{Naming, UNFINISHED, Unfinished, remove_leftovers};
-use super::write::{new_file, unlink_symlink};
+use super::write::{make_over, new_file, unlink_symlink};
 use crate::beneath::{OpenDir, open_dir_beneath};
 use crate::error::{RepoError, Result};
 use crate::id::Id;
@@ -481,9 +481,10 @@ impl<S: Storage> Restorer<'_, S> {
         name: &OsStr,
     ) -> std::io::Result<()> {
         let first = open_dir_beneath(self.root.fd(), first_dir)?;
-        let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
-        rustix::fs::linkat(&first, first_name, dir.fd(), name, AtFlags::empty())?;
-        Ok(())
+        make_over(dir.fd(), name, self.tag, |temp| {
+            rustix::fs::linkat(&first, first_name, dir.fd(), temp, AtFlags::empty())
+                .map_err(Into::into)
+        })
     }
 
     /// Where the open directory `dir` is relative to the target's top, by the names the
@@ -545,15 +546,20 @@ impl<S: Storage> Restorer<'_, S> {
             Some(NodeType::Symlink) => {
                 let target = hex::decode(node.target_hex.as_deref().unwrap_or_default())
                     .map_err(|e| RepoError::corrupt("tree", e))?;
-                let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
-                rustix::fs::symlinkat(OsStr::from_bytes(&target), dir.fd(), name)
-                    .map_err(|e| RepoError::io(&path, e.into()))?;
+                make_over(dir.fd(), name, self.tag, |temp| {
+                    rustix::fs::symlinkat(OsStr::from_bytes(&target), dir.fd(), temp)
+                        .map_err(Into::into)
+                })
+                .map_err(|e| RepoError::io(&path, e))?;
                 self.tally.summary(|s| s.symlinks += 1);
                 let failed = crate::fsmeta::apply_at(dir.fd(), name, node);
                 self.tally.meta_failed(failed, rel);
             }
             Some(NodeType::Chardev | NodeType::Blockdev | NodeType::Fifo | NodeType::Socket) => {
-                match crate::fsmeta::make_special(dir.fd(), name, node) {
+                let made = make_over(dir.fd(), name, self.tag, |temp| {
+                    crate::fsmeta::make_special(dir.fd(), temp, node)
+                });
+                match made {
                     Ok(()) => {
                         self.tally.summary(|s| s.special += 1);
                         let failed = crate::fsmeta::apply_at(dir.fd(), name, node);

@@ -210,6 +210,34 @@ fn open_temp_file(
     }
 }
 
+/// Makes an entry that is not a regular file's content (a symlink, a device node, FIFO or
+/// socket, a further hard link) with `make` under a temporary name in `dir` (tagged `tag`,
+/// as [`new_file`]'s), then renames it over `name`. Before, what stood at `name` was
+/// removed first, and lost when the make failed (a device node without the privilege to
+/// make one, a link across file systems). A directory at `name` stays: the rename refuses
+/// it, as the removal did.
+pub(super) fn make_over(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    tag: u64,
+    make: impl Fn(&OsStr) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let temp = loop {
+        let n = temp_number().map_err(std::io::Error::other)?;
+        let temp = OsString::from(format!("{TEMP_PREFIX}{tag:016x}-{n:016x}"));
+        match make(&temp) {
+            Ok(()) => break temp,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    };
+    let placed = rustix::fs::renameat(dir, &temp, dir, name);
+    // Also after a rename that did nothing: a hard link renamed over another name of the
+    // same file leaves both names.
+    let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
+    placed.map_err(Into::into)
+}
+
 /// The number in the next temporary name: one random start per process, counted up from
 /// there (a `getrandom` per restored file cost 8% of a small-file restore's system time).
 /// Guessing the next name gains nothing: files are created `O_EXCL`, and a name someone
