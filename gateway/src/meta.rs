@@ -96,15 +96,23 @@ pub(crate) async fn open_metadata(
     meta: Option<Metadata>,
 ) -> S3Result<Option<Metadata>> {
     use crate::object::{Seen, changed_while_read, is_precondition_failed};
-    let seen = crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag)
+    let seen = match crate::object::locate_unless_foreign(gw, (bucket, key, version), etag, etag)
         .await
-        .map_err(|e| {
-            if etag.is_some() && is_precondition_failed(&e) {
-                changed_while_read()
-            } else {
-                e
-            }
-        })?;
+    {
+        Ok(seen) => seen,
+        Err(e) if etag.is_some() && is_precondition_failed(&e) => return Err(changed_while_read()),
+        // An object in an archive storage class (Glacier, Deep Archive) serves no byte until
+        // it is restored, but its HEAD is what tells a client so: its metadata is opened
+        // with the header copy alone, as HEADs did before they read the body's header,
+        // and only the check against another version's is left out.
+        Err(e) if *e.code() == s3s::S3ErrorCode::InvalidObjectState => {
+            return match metadata_header(gw, bucket, key, meta.as_ref())? {
+                Some(header) => open_sealed(&header, meta.as_ref()),
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     match seen {
         Seen::Kura(located) => {
             open_metadata_of(gw, (bucket, key), meta.as_ref(), &located.commitment)

@@ -184,8 +184,9 @@ pub(crate) enum Seen {
 #[derive(Clone)]
 pub(crate) enum Unopened {
     Foreign,
-    /// Kura's: the error's code and message, to answer with again.
-    Unverified(s3s::S3ErrorCode, Option<String>),
+    /// Kura's: the error's code and message, to answer with again while the key file is
+    /// the one they were found with (a key added to it since may open them).
+    Unverified(s3s::S3ErrorCode, Option<String>, Arc<kura_keys::Keyring>),
 }
 
 /// [`try_locate`] for a caller that must tell a kura object from another writer's
@@ -210,13 +211,16 @@ pub(crate) async fn locate_unless_foreign(
     if let Some(k) = &known
         && let Some(why) = gw.unreadable.get(k).await
     {
-        return Ok(match why {
-            Unopened::Foreign => Seen::Foreign,
-            Unopened::Unverified(code, message) => Seen::Unverified(match message {
-                Some(m) => S3Error::with_message(code, m),
-                None => S3Error::new(code),
-            }),
-        });
+        match why {
+            Unopened::Foreign => return Ok(Seen::Foreign),
+            Unopened::Unverified(code, message, keys) if Arc::ptr_eq(&keys, &gw.keys()) => {
+                return Ok(Seen::Unverified(match message {
+                    Some(m) => S3Error::with_message(code, m),
+                    None => S3Error::new(code),
+                }));
+            }
+            Unopened::Unverified(..) => {}
+        }
     }
     let (seen, why) = match try_locate(gw, bucket, key, version_id, etag).await {
         Ok(located) => return Ok(Seen::Kura(located)),
@@ -227,7 +231,8 @@ pub(crate) async fn locate_unless_foreign(
         }
         Err(LocateError::Unverified(e)) => {
             tracing::warn!(bucket, key, error = %e, "a kura object that does not open; listings show its stored size");
-            let why = Unopened::Unverified(e.code().clone(), e.message().map(str::to_string));
+            let why =
+                Unopened::Unverified(e.code().clone(), e.message().map(str::to_string), gw.keys());
             (Seen::Unverified(e), why)
         }
     };

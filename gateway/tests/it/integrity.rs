@@ -820,16 +820,18 @@ async fn another_writers_object_shows_its_metadata_and_is_read_once_to_tell() {
     assert_eq!(gets(), after_first, "read again on a later HEAD");
 }
 
-/// Forwards to s3s-fs; armed with the files of an older version, it puts them back in
-/// place just before the next read of a header (a ranged GET), as a writer going straight
-/// to the upstream between a HEAD and that read would.
-struct ReplacedBeforeItsHeaderIsRead {
+/// Forwards to s3s-fs, and does what no real store does on demand: armed with the files
+/// of an older version, it puts them back in place just before the next read of a header
+/// (a ranged GET), as a writer going straight to the upstream between a HEAD and that read
+/// would; with `archived`, it refuses every GET as S3 does for an object in Glacier.
+struct InterferingUpstream {
     inner: s3s_fs::FileSystem,
     older: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<u8>)>>,
+    archived: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
-impl s3s::S3 for ReplacedBeforeItsHeaderIsRead {
+impl s3s::S3 for InterferingUpstream {
     async fn create_bucket(
         &self,
         req: s3s::S3Request<s3s::dto::CreateBucketInput>,
@@ -852,6 +854,12 @@ impl s3s::S3 for ReplacedBeforeItsHeaderIsRead {
         &self,
         req: s3s::S3Request<s3s::dto::GetObjectInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectOutput>> {
+        if self.archived.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(s3s::s3_error!(
+                InvalidObjectState,
+                "The operation is not valid for the object's storage class"
+            ));
+        }
         if req.input.range.is_some() {
             for (path, bytes) in std::mem::take(&mut *self.older.lock().unwrap()) {
                 std::fs::write(path, bytes).unwrap();
@@ -861,17 +869,19 @@ impl s3s::S3 for ReplacedBeforeItsHeaderIsRead {
     }
 }
 
-/// Before: once HEAD read the body's header to check the metadata against it, an object
-/// replaced between the upstream HEAD and that read failed the HEAD: 412 from a store that
-/// honours If-Match (the embedded one; a backup's session object, rewritten every few
-/// seconds, failed a backup in CI this way), and a tampered-header 500 from one that
-/// ignores it (s3s-fs). The HEAD now asks again, and answers for the object it finds.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_head_of_an_object_replaced_while_it_is_read_answers_for_one_version() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(ReplacedBeforeItsHeaderIsRead {
-        inner: s3s_fs::FileSystem::new(dir.path()).unwrap(),
+/// A gateway in front of an [`InterferingUpstream`] in `dir`, and a client of it without
+/// the SDK's retries (a HEAD must not need a client that asks again).
+async fn interfered_with(
+    dir: &std::path::Path,
+) -> (
+    Arc<InterferingUpstream>,
+    kura_gateway::server::Running,
+    aws_sdk_s3::Client,
+) {
+    let store = Arc::new(InterferingUpstream {
+        inner: s3s_fs::FileSystem::new(dir).unwrap(),
         older: std::sync::Mutex::new(Vec::new()),
+        archived: std::sync::atomic::AtomicBool::new(false),
     });
     let keyring = Arc::new(kura_keys::Keyring::generate("t".into()).unwrap());
     // The config's upstream address is unused: the store is handed in directly.
@@ -882,7 +892,6 @@ async fn a_head_of_an_object_replaced_while_it_is_read_answers_for_one_version()
     )
     .await
     .unwrap();
-    // Without the SDK's retries: a HEAD must not need a client that asks again.
     let c = crate::harness::client(gw.addr, crate::harness::AK, crate::harness::SK);
     let c = aws_sdk_s3::Client::from_conf(
         c.config()
@@ -891,24 +900,58 @@ async fn a_head_of_an_object_replaced_while_it_is_read_answers_for_one_version()
             .build(),
     );
     c.create_bucket().bucket(BUCKET).send().await.unwrap();
-    let put = |v: &'static str, seed| {
-        c.put_object()
-            .bucket(BUCKET)
-            .key("m")
-            .metadata("v", v)
-            .body(pseudo_random(5000, seed).into())
-            .send()
-    };
-    put("old", 1).await.unwrap();
-    let files = files_under(dir.path());
-    let older: Vec<_> = files
+    (store, gw, c)
+}
+
+/// PUT `m` through `c` with metadata `v` and a body from `seed`.
+async fn put_m(c: &aws_sdk_s3::Client, v: &str, seed: u64) {
+    c.put_object()
+        .bucket(BUCKET)
+        .key("m")
+        .metadata("v", v)
+        .body(pseudo_random(5000, seed).into())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Before: once HEAD read the body's header to check the metadata against it, an object
+/// replaced between the upstream HEAD and that read failed the HEAD: 412 from a store that
+/// honours If-Match (the embedded one; a backup's session object, rewritten every few
+/// seconds, failed a backup in CI this way), and a tampered-header 500 from one that
+/// ignores it (s3s-fs). The HEAD now asks again, and answers for the object it finds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_of_an_object_replaced_while_it_is_read_answers_for_one_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _gw, c) = interfered_with(dir.path()).await;
+    put_m(&c, "old", 1).await;
+    let older: Vec<_> = files_under(dir.path())
         .iter()
         .map(|p| (p.clone(), std::fs::read(p).unwrap()))
         .collect();
-    put("new", 2).await.unwrap();
+    put_m(&c, "new", 2).await;
     *store.older.lock().unwrap() = older;
     let head = c.head_object().bucket(BUCKET).key("m").send().await;
     let head = head.unwrap_or_else(|e| panic!("{:?}: {e:?}", status(&e)));
     assert_eq!(head.metadata().unwrap()["v"], "old");
     assert_eq!(head.content_length(), Some(5000));
+}
+
+/// Before: once HEAD read the body's header, the HEAD of an object in an archive storage
+/// class (every GET refused until it is restored) failed, though its HEAD is how a client
+/// learns that. Its metadata opens with the header copy alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_of_an_archived_object_answers_with_its_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _gw, c) = interfered_with(dir.path()).await;
+    put_m(&c, "kept", 3).await;
+    store
+        .archived
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let head = c.head_object().bucket(BUCKET).key("m").send().await;
+    let head = head.unwrap_or_else(|e| panic!("{:?}: {e:?}", status(&e)));
+    assert_eq!(head.metadata().unwrap()["v"], "kept");
+    assert_eq!(head.content_length(), Some(5000));
+    let get = c.get_object().bucket(BUCKET).key("m").send().await;
+    assert_eq!(status(&get.unwrap_err()), Some(403), "GETs are refused");
 }

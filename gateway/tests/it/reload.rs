@@ -134,3 +134,36 @@ async fn a_renewed_certificate_is_served_after_a_reload_and_a_broken_one_is_refu
         "{metrics}"
     );
 }
+
+/// Before: a HEAD of an object under a key the key file lacked was remembered as
+/// unreadable for 10 minutes, so after a reload that brought the key back, HEADs still
+/// failed while GETs worked. What was remembered holds only for the key file it was found
+/// with.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_object_unreadable_under_one_key_file_is_read_again_after_a_reload() {
+    let mut env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.toml");
+    env.keyring.save(&path, None, Existing::Refuse).unwrap();
+    env.gateway.reload_on_change(
+        Some(KeySource {
+            path: path.clone(),
+            load: loader(),
+        }),
+        false,
+    );
+    env.put("x", b"sealed under the first key").await;
+    let head = || env.client.head_object().bucket(BUCKET).key("x").send();
+
+    Keyring::generate("other".into())
+        .unwrap()
+        .save(&path, None, Existing::Replace)
+        .unwrap();
+    assert!(env.gateway.reload_now().await);
+    assert!(head().await.is_err(), "its key is not in the file");
+
+    env.keyring.save(&path, None, Existing::Replace).unwrap();
+    assert!(env.gateway.reload_now().await);
+    head().await.unwrap();
+    assert_eq!(env.get("x").await, b"sealed under the first key");
+}
