@@ -17,6 +17,22 @@ fn loader() -> KeyLoader {
     })
 }
 
+/// A gateway that reloads its key file, `keys.toml` in the directory returned.
+async fn reloading() -> (Env, tempfile::TempDir) {
+    let mut env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.toml");
+    env.keyring.save(&path, None, Existing::Refuse).unwrap();
+    env.gateway.reload_on_change(
+        Some(KeySource {
+            path,
+            load: loader(),
+        }),
+        false,
+    );
+    (env, dir)
+}
+
 /// The key ID in a stored object's header (SPEC 5.1, bytes 8 to 15).
 fn stored_key_id(env: &Env, key: &str) -> String {
     let stored = std::fs::read(env.stored_path(BUCKET, key)).unwrap();
@@ -25,17 +41,8 @@ fn stored_key_id(env: &Env, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rotated_key_file_is_used_after_a_reload_and_a_broken_one_is_refused() {
-    let mut env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (env, dir) = reloading().await;
     let path = dir.path().join("keys.toml");
-    env.keyring.save(&path, None, Existing::Refuse).unwrap();
-    env.gateway.reload_on_change(
-        Some(KeySource {
-            path: path.clone(),
-            load: loader(),
-        }),
-        false,
-    );
     env.put("before", b"sealed under the first key").await;
     let first = stored_key_id(&env, "before");
     assert_eq!(first, env.keyring.active().id.to_string());
@@ -141,17 +148,8 @@ async fn a_renewed_certificate_is_served_after_a_reload_and_a_broken_one_is_refu
 /// with.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_object_unreadable_under_one_key_file_is_read_again_after_a_reload() {
-    let mut env = Env::start().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (env, dir) = reloading().await;
     let path = dir.path().join("keys.toml");
-    env.keyring.save(&path, None, Existing::Refuse).unwrap();
-    env.gateway.reload_on_change(
-        Some(KeySource {
-            path: path.clone(),
-            load: loader(),
-        }),
-        false,
-    );
     env.put("x", b"sealed under the first key").await;
     let head = || env.client.head_object().bucket(BUCKET).key("x").send();
 
