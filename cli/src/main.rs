@@ -14,22 +14,14 @@ use clap::Parser as _;
 
 fn main() -> ExitCode {
     let args = args::Cli::parse();
-    limits::raise_open_files();
-    // `check`, `ls`, `diff` and `repair snapshots` recurse once per directory level of a
-    // snapshot, which may nest `kura_repo::MAX_DEPTH` levels.
-    let command = std::thread::Builder::new()
-        .name("kura".into())
-        .stack_size(limits::COMMAND_STACK)
-        .spawn(move || run(args));
-    match command.map(std::thread::JoinHandle::join) {
-        Ok(Ok(code)) => code,
-        // The panic has printed its message.
-        Ok(Err(_)) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("kura: error: cannot start: {e}");
-            ExitCode::FAILURE
-        }
+    // A program that a backup runs (`--stdin-from-command`) would inherit a raised limit,
+    // and some loop over every descriptor up to it; the standard library cannot set it
+    // back for the child alone.
+    let runs_a_program = matches!(&args.command, args::Command::Backup(b) if b.stdin_from_command);
+    if !runs_a_program {
+        limits::raise_open_files();
     }
+    limits::on_command_thread(args, run)
 }
 
 fn run(args: args::Cli) -> ExitCode {

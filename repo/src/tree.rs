@@ -205,6 +205,15 @@ impl Tree {
 mod tests {
     use super::*;
 
+    /// The restore refuses by these too (a hostile snapshot deeper than any backup
+    /// makes); the e2e test reaches them only through the backup.
+    #[test]
+    fn a_directory_is_walked_up_to_the_deepest_level_and_the_longest_path_and_no_further() {
+        assert_eq!(too_deep(MAX_DEPTH, MAX_PATH_BYTES), None);
+        assert!(too_deep(MAX_DEPTH + 1, 10).is_some_and(|why| why.contains("4096")));
+        assert!(too_deep(1, MAX_PATH_BYTES + 1).is_some_and(|why| why.contains("32768")));
+    }
+
     fn tree(names: &[&[u8]]) -> Tree {
         Tree {
             nodes: names

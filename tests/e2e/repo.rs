@@ -1408,3 +1408,87 @@ fn a_device_node_that_cannot_be_made_leaves_the_file_at_its_name() {
         "{said}"
     );
 }
+
+/// A one-file restore stopped by SIGTERM (Ctrl-C, a pod deleted) leaves the file it was
+/// replacing as it was, and removes the image-sized file it was writing beside it.
+#[test]
+fn a_one_file_restore_stopped_by_a_signal_leaves_the_target_and_no_temporary_file() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let image = pseudo_random(96 << 20, 91);
+    ok(&kura(
+        &gw,
+        &["backup", "--stdin", "--stdin-name", "disk.img"],
+        Some(&image),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("disk.img");
+    std::fs::write(&target, b"the image that was there").unwrap();
+    let mut child = command(&gw, &["restore", "latest", target.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the file beside the target exists, the restore is under way.
+    let beside = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name() != "disk.img")
+            .count()
+    };
+    let started = std::time::Instant::now();
+    while beside() == 0 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the restore ended first"
+        );
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "no file beside the target"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("terminated"), "{said}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"the image that was there");
+    assert_eq!(beside(), 0, "nothing left beside the target");
+}
+
+/// The program a `--stdin-from-command` backup runs keeps the open-file limit kura was
+/// given: kura raises its own soft limit for restores, and a child would inherit it (some
+/// programs loop over every descriptor up to it).
+#[test]
+fn a_command_streams_program_keeps_the_open_file_limit_kura_was_given() {
+    let gw = gateway();
+    ok(&kura(&gw, &["init"], None));
+    let backup = command(
+        &gw,
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--stdin-name",
+            "limit.txt",
+            "--",
+            "sh",
+            "-c",
+            "ulimit -Sn",
+        ],
+    );
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -Sn 512 && exec \"$0\" \"$@\""])
+        .arg(backup.get_program())
+        .args(backup.get_args())
+        .envs(backup.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    ok(&out);
+    let out = kura(&gw, &["restore", "latest", "-"], None);
+    assert_eq!(ok(&out), "512\n");
+}

@@ -57,7 +57,15 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
                 );
             }
             let bar = crate::progress::start(repo.progress().clone(), "restore");
-            let n = kura_repo::restore_file_to(&repo, node, target).await?;
+            // Stopped by a signal, the restore is dropped, and with it the file it was
+            // writing beside the target: what the target held stays, and no image-sized
+            // temporary file is left (SIGKILL still leaves it).
+            let n = tokio::select! {
+                n = kura_repo::restore_file_to(&repo, node, target) => n?,
+                signal = interrupted() => {
+                    bail!("{signal}: {} left as it was", args.target.display())
+                }
+            };
             drop(bar);
             eprintln!(
                 "restored {n} bytes of snapshot {} onto {}",
@@ -185,4 +193,19 @@ async fn changed_since(
         since_id.short()
     );
     Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM (what Ctrl-C and Kubernetes send); names it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "interrupted",
+        _ = term.recv() => "terminated",
+    }
 }

@@ -163,13 +163,24 @@ struct Beside {
     temp: PathBuf,
     /// The file replaced: the path given, or the file a symlink there points at.
     real: PathBuf,
+    /// The directory of both.
+    dir: PathBuf,
     placed: bool,
 }
 
 impl Beside {
     fn create(path: &Path) -> Result<(File, Self)> {
         let real = if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) {
-            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+            // Through the link, as an open of the path would write; a link to a file not
+            // there yet names where it is made.
+            std::fs::canonicalize(path)
+                .or_else(|_| {
+                    std::fs::read_link(path).map(|to| match path.parent() {
+                        Some(dir) => dir.join(to),
+                        None => to,
+                    })
+                })
+                .map_err(|e| RepoError::io(path, e))?
         } else {
             path.to_path_buf()
         };
@@ -208,17 +219,15 @@ impl Beside {
         let beside = Self {
             temp,
             real,
+            dir,
             placed: false,
         };
         if let Some(old) = old {
             use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-            // The owner first: a change of owner clears set-ID bits.
-            if (old.uid(), old.gid())
-                != (
-                    rustix::process::getuid().as_raw(),
-                    rustix::process::getgid().as_raw(),
-                )
-            {
+            // The owner first: a change of owner clears set-ID bits. The new file's own
+            // (the effective IDs, or a set-group-ID directory's group) may already be it.
+            let new = file.metadata().map_err(|e| RepoError::io(path, e))?;
+            if (old.uid(), old.gid()) != (new.uid(), new.gid()) {
                 rustix::fs::fchown(
                     &file,
                     Some(rustix::fs::Uid::from_raw(old.uid())),
@@ -241,12 +250,9 @@ impl Beside {
         std::fs::rename(&self.temp, &self.real).map_err(|e| RepoError::io(&self.real, e))?;
         self.placed = true;
         // The rename itself is durable once the directory is synced.
-        if let Some(dir) = self.real.parent().filter(|d| !d.as_os_str().is_empty()) {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| RepoError::io(dir, e))?;
-        }
-        Ok(())
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| RepoError::io(&self.dir, e))
     }
 }
 

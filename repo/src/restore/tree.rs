@@ -157,6 +157,8 @@ struct Level<S: Storage> {
     ahead: TreesAhead<S>,
     /// Whether anything was written in it so far (its files, or below).
     wrote: bool,
+    /// The length of its path from the target, in bytes (as named, not as shown).
+    path_bytes: usize,
     /// How it was entered: `None` for the target's top.
     entered: Option<Entered>,
 }
@@ -190,7 +192,7 @@ impl<S: Storage> Restorer<'_, S> {
     /// entries that fail are listed.
     async fn walk(&mut self, tree: Tree, top: Arc<Dir>) -> Result<bool> {
         let mut above: Vec<Level<S>> = Vec::new();
-        let mut level = self.level(tree, top, "", false, None).await?;
+        let mut level = self.level(tree, (top, 0), "", false, None).await?;
         loop {
             if let Some((at, (i, rel, matched))) = level.subdirs.next() {
                 let tree = level.ahead.tree_at(at).await;
@@ -218,7 +220,7 @@ impl<S: Storage> Restorer<'_, S> {
     async fn level(
         &mut self,
         tree: Tree,
-        dir: Arc<Dir>,
+        (dir, path_bytes): (Arc<Dir>, usize),
         rel: &str,
         inside: bool,
         entered: Option<Entered>,
@@ -237,6 +239,7 @@ impl<S: Storage> Restorer<'_, S> {
                 tree,
                 dir,
                 wrote,
+                path_bytes,
                 entered,
             });
         }
@@ -314,6 +317,7 @@ impl<S: Storage> Restorer<'_, S> {
             tree,
             dir,
             wrote,
+            path_bytes,
             entered,
         })
     }
@@ -328,12 +332,13 @@ impl<S: Storage> Restorer<'_, S> {
         tree: Option<Result<Tree>>,
         depth: usize,
     ) -> Result<Option<Level<S>>> {
-        if let Some(why) = crate::tree::too_deep(depth, rel.len()) {
+        let name = parent.tree.nodes[i].name();
+        let path_bytes = parent.path_bytes + usize::from(parent.path_bytes > 0) + name.len();
+        if let Some(why) = crate::tree::too_deep(depth, path_bytes) {
             let e = RepoError::Invalid(format!("{why}: not restored"));
             self.tally.failed(&rel, e).await?;
             return Ok(None);
         }
-        let name = parent.tree.nodes[i].name();
         let (link, existed, tree, sub) = match Self::enter(tree, &parent.dir.open, &name) {
             Ok(entered) => entered,
             Err(e) => {
@@ -350,9 +355,15 @@ impl<S: Storage> Restorer<'_, S> {
         };
         // A directory node without a tree restores as an empty directory.
         let tree = tree.unwrap_or_default();
-        self.level(tree, Dir::new(sub), &rel, matched, Some(entered))
-            .await
-            .map(Some)
+        self.level(
+            tree,
+            (Dir::new(sub), path_bytes),
+            &rel,
+            matched,
+            Some(entered),
+        )
+        .await
+        .map(Some)
     }
 
     /// Leaves the directory of `level`, entered from `parent` as `entered`: its metadata
