@@ -58,12 +58,14 @@ pub fn run(args: &RestoreArgs) -> Result<()> {
             }
             let bar = crate::progress::start(repo.progress().clone(), "restore");
             // Stopped by a signal, the restore is dropped, and with it the file it was
-            // writing beside the target: what the target held stays, and no image-sized
+            // writing beside a regular file: what the target held stays, and no image-sized
             // temporary file is left (SIGKILL still leaves it).
+            let in_place = target.in_place();
             let n = tokio::select! {
                 n = kura_repo::restore_file_to(&repo, node, target) => n?,
                 signal = interrupted() => {
-                    bail!("{signal}: {} left as it was", args.target.display())
+                    let what = if in_place { "holds part of the image" } else { "left as it was" };
+                    bail!("{signal}: {} {what}", args.target.display())
                 }
             };
             drop(bar);

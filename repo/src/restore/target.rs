@@ -141,6 +141,14 @@ impl FileTarget {
         &self.path
     }
 
+    /// Whether the content is written into the target itself (a block device, a FIFO, a
+    /// character device, `--only-changed-since`), so that a restore stopped part-way
+    /// leaves part of it there; a regular file is written beside it instead.
+    #[must_use]
+    pub fn in_place(&self) -> bool {
+        self.beside.is_none()
+    }
+
     /// Makes what was written durable and, for a regular file, puts it in place.
     pub(super) fn finish(mut self) -> Result<()> {
         self.file
