@@ -582,3 +582,39 @@ async fn a_restore_stopped_part_way_leaves_its_marker_which_only_a_whole_restore
         );
     }
 }
+
+/// Symlinks and further hard-link names are made under a temporary name and renamed over
+/// what stands at their names (`write::make_over`): a restore into a target that holds
+/// the same tree already (a second restore) replaces them and leaves no temporary name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_restore_over_links_and_symlinks_replaces_them_and_leaves_nothing_behind() {
+    use std::os::unix::fs::MetadataExt as _;
+    let env = Env::start().await;
+    let src = tempfile::tempdir().unwrap();
+    let data = src.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a"), b"linked twice").unwrap();
+    std::fs::hard_link(data.join("a"), data.join("b")).unwrap();
+    std::os::unix::fs::symlink("a", data.join("l")).unwrap();
+    let mut repo = Repository::init(env.storage("relinks"), small_params())
+        .await
+        .unwrap();
+    let (_, snap) = backup(&mut repo, Source::Paths(vec![data]), opts())
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for _ in 0..2 {
+        whole_restore(&repo, &snap.tree, out.path()).await;
+        let got = out.path().join("data");
+        let (a, b) = (
+            std::fs::metadata(got.join("a")).unwrap(),
+            std::fs::metadata(got.join("b")).unwrap(),
+        );
+        assert_eq!(a.ino(), b.ino(), "b is a link to a");
+        assert_eq!(
+            std::fs::read_link(got.join("l")).unwrap(),
+            std::path::Path::new("a")
+        );
+        assert!(leftovers(&got).is_empty(), "{:?}", leftovers(&got));
+    }
+}
