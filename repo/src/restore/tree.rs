@@ -228,21 +228,37 @@ impl<S: Storage> Restorer<'_, S> {
         if self.tally.stopped() {
             return Err(gave_up());
         }
+        let (subdirs, ahead, wrote) = match tree.check_names() {
+            Ok(()) => self.entries(&tree, &dir, rel, inside).await?,
+            Err(why) => {
+                let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
+                self.tally.failed(rel, e).await?;
+                (Vec::new(), TreesAhead::new(self.repo, Vec::new()), false)
+            }
+        };
+        Ok(Level {
+            ahead,
+            subdirs: subdirs.into_iter().enumerate(),
+            tree,
+            dir,
+            wrote,
+            path_bytes,
+            entered,
+        })
+    }
+
+    /// The entries of a directory's tree (whose names checked), for [`Restorer::level`]:
+    /// returns its subdirectories to enter (index in `tree`, path from the target,
+    /// whether selected whole), their trees being read ahead, and whether it wrote any.
+    async fn entries(
+        &mut self,
+        tree: &Tree,
+        dir: &Arc<Dir>,
+        rel: &str,
+        inside: bool,
+    ) -> Result<(Vec<(usize, String, bool)>, TreesAhead<S>, bool)> {
         let mut wrote = false;
         let mut subdirs = Vec::new();
-        if let Err(why) = tree.check_names() {
-            let e = RepoError::corrupt("tree", format!("{why} in {rel:?}"));
-            self.tally.failed(rel, e).await?;
-            return Ok(Level {
-                ahead: TreesAhead::new(self.repo, Vec::new()),
-                subdirs: subdirs.into_iter().enumerate(),
-                tree,
-                dir,
-                wrote,
-                path_bytes,
-                entered,
-            });
-        }
         if !self.leftovers.is_empty() {
             remove_leftovers(dir.open.fd(), &self.leftovers);
         }
@@ -310,16 +326,8 @@ impl<S: Storage> Restorer<'_, S> {
                 .map(|(i, ..)| tree.nodes[*i].subtree)
                 .collect(),
         );
-        self.write_files(&dir, small, large, links).await?;
-        Ok(Level {
-            ahead,
-            subdirs: subdirs.into_iter().enumerate(),
-            tree,
-            dir,
-            wrote,
-            path_bytes,
-            entered,
-        })
+        self.write_files(dir, small, large, links).await?;
+        Ok((subdirs, ahead, wrote))
     }
 
     /// Enters the subdirectory `i` of `parent`'s tree (`rel` from the target; all of it
