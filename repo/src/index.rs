@@ -153,10 +153,4 @@ impl Index {
             )
         })
     }
-
-    /// Every pack the index knows.
-    #[must_use]
-    pub fn packs(&self) -> std::collections::BTreeSet<Id> {
-        self.blobs.values().map(|l| l.pack).collect()
-    }
 }
