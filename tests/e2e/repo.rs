@@ -60,6 +60,24 @@ fn command<S: AsRef<std::ffi::OsStr>>(gw: &Gateway, args: &[S]) -> Command {
     cmd
 }
 
+/// `cmd` (its program, arguments and environment) run by `wrapper` (a shell that lowers a
+/// limit, `setpriv`), as the wrapper's last arguments.
+fn run_by(mut wrapper: Command, cmd: &Command) -> Command {
+    wrapper
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    wrapper
+}
+
+/// A shell running `cmd` under a soft limit of `n` open files (only the soft one: raising
+/// the hard one again would need a privilege).
+fn with_soft_open_files(n: u32, cmd: &Command) -> Command {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &format!("ulimit -Sn {n} && exec \"$0\" \"$@\"")]);
+    run_by(sh, cmd)
+}
+
 fn kura(gw: &Gateway, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut cmd = command(gw, args);
     cmd.stdin(Stdio::piped())
@@ -1250,14 +1268,7 @@ fn a_restore_of_many_small_directories_runs_under_a_low_open_file_limit() {
     ok(&kura(&gw, &["backup", src.path().to_str().unwrap()], None));
     let target = tempfile::tempdir().unwrap();
     let restore = command(&gw, &["restore", "latest", target.path().to_str().unwrap()]);
-    // Only the soft limit: the hard one stays as it is (raising it needs a privilege).
-    let out = Command::new("sh")
-        .args(["-c", "ulimit -Sn 64 && exec \"$0\" \"$@\""])
-        .arg(restore.get_program())
-        .args(restore.get_args())
-        .envs(restore.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .output()
-        .unwrap();
+    let out = with_soft_open_files(64, &restore).output().unwrap();
     ok(&out);
     let name = src.path().file_name().unwrap();
     for d in [0, 299, 599] {
@@ -1387,19 +1398,13 @@ fn a_device_node_that_cannot_be_made_leaves_the_file_at_its_name() {
             None,
         )
         .unwrap();
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(restore.get_program());
-        c
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        run_by(setpriv, &restore)
     } else {
-        Command::new(restore.get_program())
+        restore
     };
-    let out = unprivileged
-        .args(restore.get_args())
-        .envs(restore.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .env("HOME", home.path())
-        .output()
-        .unwrap();
+    let out = unprivileged.env("HOME", home.path()).output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("null"), "the skipped node is named: {said}");
     assert_eq!(
@@ -1481,13 +1486,7 @@ fn a_command_streams_program_keeps_the_open_file_limit_kura_was_given() {
             "ulimit -Sn",
         ],
     );
-    let out = Command::new("sh")
-        .args(["-c", "ulimit -Sn 512 && exec \"$0\" \"$@\""])
-        .arg(backup.get_program())
-        .args(backup.get_args())
-        .envs(backup.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .output()
-        .unwrap();
+    let out = with_soft_open_files(512, &backup).output().unwrap();
     ok(&out);
     let out = kura(&gw, &["restore", "latest", "-"], None);
     assert_eq!(ok(&out), "512\n");
