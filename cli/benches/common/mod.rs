@@ -49,6 +49,19 @@ impl Run {
 /// panics on failure. Starts with `sync`, so that every run begins without another run's
 /// dirty pages.
 pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
+    timed_until(cmd, stdin, None).0
+}
+
+/// [`timed`], with a `sync -f` of the file system holding `target` run after the command
+/// and counted in its time; returns the run and the seconds of the sync alone. For
+/// restic's restores, which end before their writes are durable: kura's end with them
+/// durable (an `fsync` of a file, a `syncfs` of a tree), so restic's time alone would
+/// leave out the writeback that kura's includes.
+pub fn timed_then_synced(cmd: &mut Command, target: &Path) -> (Run, f64) {
+    timed_until(cmd, None, Some(target))
+}
+
+fn timed_until(cmd: &mut Command, stdin: Option<&Path>, synced: Option<&Path>) -> (Run, f64) {
     // Dirty pages left by the previous run would be written back during this one and
     // charge it for the other tool's writes.
     let _ = Command::new("sync").status();
@@ -70,10 +83,20 @@ pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
     wrapped.stdout(Stdio::null()).stderr(Stdio::piped());
     let started = Instant::now();
     let out = wrapped.output().unwrap();
+    let ran = started.elapsed().as_secs_f64();
+    if let Some(target) = synced {
+        let status = Command::new("sync").arg("-f").arg(target).status().unwrap();
+        assert!(status.success(), "sync -f {} failed", target.display());
+    }
     let seconds = started.elapsed().as_secs_f64();
     // Every run on stderr, so that the spread behind a median can be read.
+    let of_it = if synced.is_some() {
+        format!(" ({:.3} s of it sync -f)", seconds - ran)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "ran in {seconds:.3} s: {:?}",
+        "ran in {seconds:.3} s{of_it}: {:?}",
         cmd.get_args().collect::<Vec<_>>()
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -84,7 +107,7 @@ pub fn timed(cmd: &mut Command, stdin: Option<&Path>) -> Run {
         .next_back()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    Run { seconds, peak_kib }
+    (Run { seconds, peak_kib }, seconds - ran)
 }
 
 /// `kura gateway` on the embedded default in `dir`: (process, endpoint URL).
