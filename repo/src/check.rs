@@ -6,6 +6,7 @@
 
 use std::collections::hash_map::Entry::Vacant;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt as _;
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -15,7 +16,7 @@ use crate::marks::read_marks;
 use crate::pack::{read_header, read_verified, size_of};
 use crate::repository::Repository;
 use crate::storage::{FileType, Storage};
-use crate::tree::{Content, NodeType};
+use crate::tree::{Content, Depth, NodeType};
 
 /// What `check` found.
 #[derive(Debug, Default)]
@@ -84,7 +85,8 @@ pub async fn check<S: Storage>(repo: &mut Repository<S>, read_data: bool) -> Res
     let repo = &*repo;
     for (id, snap) in snapshots {
         let mut seen = HashSet::new();
-        walk(repo, &id, &snap.tree, String::new(), &mut seen, &mut report).await;
+        let top = (String::new(), Depth::default());
+        walk(repo, &id, &snap.tree, top, &mut seen, &mut report).await;
     }
     Ok(report)
 }
@@ -173,7 +175,7 @@ async fn walk<S: Storage>(
     repo: &Repository<S>,
     snap: &Id,
     tree: &Id,
-    path: String,
+    (path, depth): (String, Depth),
     seen: &mut HashSet<Id>,
     report: &mut CheckReport,
 ) {
@@ -213,7 +215,15 @@ async fn walk<S: Storage>(
         match node.kind {
             Some(NodeType::Dir) => {
                 if let Some(sub) = &node.subtree {
-                    Box::pin(walk(repo, snap, sub, child, seen, report)).await;
+                    match depth.below(node.name().as_bytes()) {
+                        Ok(below) => {
+                            Box::pin(walk(repo, snap, sub, (child, below), seen, report)).await;
+                        }
+                        Err(why) => report.problems.push(format!(
+                            "snapshot {}: {child}: {why}: a restore refuses this directory",
+                            snap.short()
+                        )),
+                    }
                 }
             }
             Some(NodeType::File) => {

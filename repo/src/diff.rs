@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt as _;
 
-use crate::error::Result;
+use crate::error::{RepoError, Result};
 use crate::id::Id;
 use crate::repository::Repository;
 use crate::storage::Storage;
-use crate::tree::{Node, NodeType};
+use crate::tree::{Depth, Node, NodeType};
 
 /// One difference.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -25,7 +25,8 @@ pub struct Change {
 /// Storage errors, or trees that do not verify.
 pub async fn diff<S: Storage>(repo: &Repository<S>, a: &Id, b: &Id) -> Result<Vec<Change>> {
     let mut out = Vec::new();
-    walk(repo, Some(*a), Some(*b), String::new(), &mut out).await?;
+    let top = (String::new(), Depth::default());
+    walk(repo, Some(*a), Some(*b), top, &mut out).await?;
     Ok(out)
 }
 
@@ -60,7 +61,7 @@ async fn walk<S: Storage>(
     repo: &Repository<S>,
     a: Option<Id>,
     b: Option<Id>,
-    prefix: String,
+    (prefix, depth): (String, Depth),
     out: &mut Vec<Change>,
 ) -> Result<()> {
     if a == b {
@@ -102,7 +103,10 @@ async fn walk<S: Storage>(
         // entry by entry.
         let (da, db) = (dir(l), dir(r));
         if da.is_some() || db.is_some() {
-            Box::pin(walk(repo, da, db, path, out)).await?;
+            let below = depth
+                .below(name)
+                .map_err(|why| RepoError::Invalid(format!("{path}: {why}")))?;
+            Box::pin(walk(repo, da, db, (path, below), out)).await?;
         }
     }
     Ok(())

@@ -86,4 +86,4 @@ pub use snapshot::{BlockRecord, Snapshot, Summary};
 pub use storage::{
     DEFAULT_RETRY_FOR, FileType, S3Location, S3Storage, Storage, endpoint_is_protected,
 };
-pub use tree::{Content, MAX_DEPTH, MAX_PATH_BYTES, Node, NodeType, Tree};
+pub use tree::{Content, Depth, MAX_DEPTH, MAX_PATH_BYTES, Node, NodeType, Tree};

@@ -20,6 +20,7 @@
 //! are stored.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt as _;
 
 use bytes::Bytes;
 
@@ -32,7 +33,7 @@ use crate::pack::{PackWriter, stored_packs};
 use crate::repository::Repository;
 use crate::snapshot::Snapshot;
 use crate::storage::{FileType, Storage};
-use crate::tree::{Content, NodeType, Tree};
+use crate::tree::{Content, Depth, NodeType, Tree};
 
 /// The tag a repaired snapshot carries.
 pub const REPAIRED_TAG: &str = "repaired";
@@ -89,7 +90,7 @@ async fn repair_holding<S: Storage>(
     let mut replaced: Vec<(Id, Snapshot)> = Vec::new();
     for (id, snap) in snaps {
         r.lost.clear();
-        let tree = r.tree(snap.tree, String::new()).await?;
+        let tree = r.tree(snap.tree, (String::new(), Depth::default())).await?;
         if tree == snap.tree {
             continue;
         }
@@ -162,8 +163,9 @@ impl<S: Storage> Repairer<'_, S> {
             .is_some_and(|l| self.stored.contains_key(&l.pack))
     }
 
-    /// The replacement of tree `id` at `path` (itself when nothing under it is lost).
-    async fn tree(&mut self, id: Id, path: String) -> Result<Id> {
+    /// The replacement of tree `id` at `path`, `depth` below the top (itself when nothing
+    /// under it is lost).
+    async fn tree(&mut self, id: Id, (path, depth): (String, Depth)) -> Result<Id> {
         if let Some((done, lost)) = self.trees.get(&id) {
             self.lost.extend(lost.iter().cloned());
             return Ok(*done);
@@ -187,7 +189,10 @@ impl<S: Storage> Repairer<'_, S> {
             match node.kind {
                 Some(NodeType::Dir) => {
                     if let Some(sub) = node.subtree {
-                        let new = Box::pin(self.tree(sub, child)).await?;
+                        let below = depth
+                            .below(node.name().as_bytes())
+                            .map_err(|why| RepoError::Invalid(format!("{child}: {why}")))?;
+                        let new = Box::pin(self.tree(sub, (child, below))).await?;
                         if new != sub {
                             node.subtree = Some(new);
                             changed = true;

@@ -33,6 +33,33 @@ pub(crate) fn too_deep(depth: usize, path_len: usize) -> Option<String> {
     }
 }
 
+/// Where a directory lies in a snapshot's trees: how many levels below the top tree (the
+/// top's own subdirectories are at 1, as the restore counts) and how many bytes its path
+/// from the top has (names joined by `/`). The commands that descend a snapshot's trees by
+/// recursion (`check`, `diff`, `repair snapshots`, `kura ls`) go no deeper than
+/// [`MAX_DEPTH`] and [`MAX_PATH_BYTES`] either, so that a hostile snapshot, deeper than
+/// any backup makes, gets an error there instead of overflowing their stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Depth {
+    levels: usize,
+    path_bytes: usize,
+}
+
+impl Depth {
+    /// The subdirectory `name` of the directory at `self`; `Err` with the reason when it
+    /// lies beyond [`MAX_DEPTH`] or [`MAX_PATH_BYTES`].
+    ///
+    /// # Errors
+    /// The text [`too_deep`] gives.
+    pub fn below(self, name: &[u8]) -> std::result::Result<Self, String> {
+        let next = Self {
+            levels: self.levels + 1,
+            path_bytes: self.path_bytes + usize::from(self.path_bytes > 0) + name.len(),
+        };
+        too_deep(next.levels, next.path_bytes).map_or(Ok(next), Err)
+    }
+}
+
 /// A node's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -212,6 +239,27 @@ mod tests {
         assert_eq!(too_deep(MAX_DEPTH, MAX_PATH_BYTES), None);
         assert!(too_deep(MAX_DEPTH + 1, 10).is_some_and(|why| why.contains("4096")));
         assert!(too_deep(1, MAX_PATH_BYTES + 1).is_some_and(|why| why.contains("32768")));
+    }
+
+    #[test]
+    fn a_depth_counts_levels_and_path_bytes_as_the_restore_does_and_refuses_past_the_limits() {
+        let mut at = Depth::default();
+        for _ in 0..MAX_DEPTH {
+            at = at.below(b"d").unwrap();
+        }
+        // "d/d/.../d": one byte per name and one between each two.
+        assert_eq!(
+            at,
+            Depth {
+                levels: MAX_DEPTH,
+                path_bytes: 2 * MAX_DEPTH - 1
+            }
+        );
+        assert!(at.below(b"d").is_err_and(|why| why.contains("4096")));
+        let long = vec![b'n'; MAX_PATH_BYTES];
+        assert!(Depth::default().below(&long).is_ok());
+        let one = Depth::default().below(b"a").unwrap();
+        assert!(one.below(&long).is_err_and(|why| why.contains("32768")));
     }
 
     fn tree(names: &[&[u8]]) -> Tree {

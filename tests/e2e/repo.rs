@@ -1323,7 +1323,9 @@ fn a_tree_nested_four_thousand_levels_deep_is_backed_up_and_restored() {
         out.status
     );
     ok(&out);
-    // `check` walks the snapshot by recursion, on the command thread's stack.
+    // `check` walks the snapshot by recursion, on the command thread's stack, and refuses
+    // a directory deeper than `MAX_DEPTH` (`kura_repo::Depth`, as `ls`, `diff` and
+    // `repair snapshots` do): the deepest a backup makes is not that.
     ok(&kura(&gw, &["check"], None));
     let target = tempfile::tempdir().unwrap();
     ok(&kura(

@@ -1,7 +1,9 @@
 //! `kura ls SNAPSHOT [PATH]`: the entries of a snapshot, one per line or as JSON lines.
 
 use anyhow::Result;
-use kura_repo::{Id, NodeType, Repository, Storage};
+use std::os::unix::ffi::OsStrExt as _;
+
+use kura_repo::{Depth, Id, NodeType, Repository, Storage};
 
 use crate::args::LsArgs;
 
@@ -13,14 +15,15 @@ pub fn run(args: &LsArgs) -> Result<()> {
             .path
             .as_deref()
             .map(|p| p.trim_matches('/').to_string());
-        list(&repo, &snap.tree, String::new(), only.as_deref(), args.json).await
+        let top = (String::new(), Depth::default());
+        list(&repo, &snap.tree, top, only.as_deref(), args.json).await
     })
 }
 
 async fn list<S: Storage>(
     repo: &Repository<S>,
     tree: &Id,
-    prefix: String,
+    (prefix, depth): (String, Depth),
     only: Option<&str>,
     json: bool,
 ) -> Result<()> {
@@ -53,7 +56,10 @@ async fn list<S: Storage>(
         if (inside || above)
             && let Some(sub) = &node.subtree
         {
-            Box::pin(list(repo, sub, path.clone(), only, json)).await?;
+            let below = depth
+                .below(node.name().as_bytes())
+                .map_err(|why| anyhow::anyhow!("{path}: {why}"))?;
+            Box::pin(list(repo, sub, (path.clone(), below), only, json)).await?;
         }
     }
     Ok(())
