@@ -327,7 +327,10 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
             b"left_only" | b"right_only" | b"different" | b"same" => {
                 want_in(ExtentsFormat::ThinDelta)?;
                 let changed = name.as_slice() != b"same";
-                if empty {
+                // An extent whenever it has one, written `<different .../>` or with an end
+                // tag (canonical XML): only an element without one is a `--verbose` group
+                // of `<range>`s. Taking the end-tag form for a group dropped its extent.
+                if maybe(e, "begin")?.is_some() || empty {
                     if changed {
                         blocks.push((attr(e, "begin")?, attr(e, "length")?));
                     }

@@ -386,16 +386,7 @@ fn choose<'a>(
             })?;
             let (before, node) = parent_fits(p, &record)?;
             fits(e)?;
-            // A delta between other snapshots than the parent's (yesterday's run failed,
-            // and `latest` is the day before) would keep old data where it changed.
-            if let (Some(since), Some(parent_is)) = (e.since(), before.snapshot.as_deref())
-                && since != parent_is
-            {
-                return Err(RepoError::WrongParent(format!(
-                    "the changes are since {since}, and the parent is of {parent_is}: \
-                     give the parent taken of {since}, or a delta since {parent_is}"
-                )));
-            }
+            chained(e, before)?;
             record.snapshot = e.of().map(str::to_string);
             let runs = before.trusted_runs.saturating_add(1);
             record.trusted_runs = runs;
@@ -417,6 +408,30 @@ fn choose<'a>(
         verify,
         record,
     })
+}
+
+/// Refuses a delta between other snapshots than the parent's (yesterday's run failed, and
+/// `latest` is the day before), which would keep old data where it changed; and one onto
+/// a parent that does not say what it was taken of (a plain `--block` backup), which
+/// therefore cannot be checked. Extents that name no snapshot (CSI, lists) pass: for them
+/// the verifying runs are the check.
+fn chained(e: &Extents, before: &BlockRecord) -> Result<()> {
+    let Some(since) = e.since() else {
+        return Ok(());
+    };
+    match before.snapshot.as_deref() {
+        Some(parent_is) if parent_is == since => Ok(()),
+        Some(parent_is) => Err(RepoError::WrongParent(format!(
+            "the changes are since {since}, and the parent is of {parent_is}: \
+             give the parent taken of {since}, or a delta since {parent_is}"
+        ))),
+        None => Err(RepoError::WrongParent(format!(
+            "the changes are since {since}, and the parent does not record which device it \
+             was taken of (a backup without --allocated or --changed): back this snapshot \
+             up with --allocated (its thin_dump) once, which records it, and give deltas \
+             since it after"
+        ))),
+    }
 }
 
 /// The parent's record and node, refused unless it is a block backup of the same source,

@@ -68,6 +68,12 @@ fn block_opts(map: Option<BlockMap>) -> BackupOptions {
     }
 }
 
+/// Yesterday's image read as its thin device's allocation says (`thin_dump` of device 1):
+/// the start of a chain of `thin_delta` runs, since it records the device.
+fn dump_of_device_1() -> BlockMap {
+    BlockMap::Allocated(extents("thin/dump-dev1.xml"))
+}
+
 /// Backs up `image` written at `path` with `opts` (and `parent`).
 async fn back_up(
     repo: &mut Repository<S3Storage>,
@@ -99,6 +105,26 @@ fn every_format_of_the_fixtures_says_the_same_extents() {
     ] {
         assert_eq!(extents(name).ranges(), changed.as_slice(), "{name}");
     }
+    // Found by review (2026-12-08): an element written with an end tag (canonical XML,
+    // some XML tools) was taken for a `--verbose` group of `<range>`s and its extent
+    // dropped, so a day's changes read as none.
+    let delta = std::fs::read_to_string(data("thin/delta.xml")).unwrap();
+    let long_form: String = delta
+        .lines()
+        .map(|line| match line.trim().strip_suffix("/>") {
+            Some(open) => {
+                let name = open.trim_start_matches('<').split(' ').next().unwrap();
+                format!("{open}></{name}>\n")
+            }
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(long_form.contains("\"></different>"), "{long_form}");
+    assert_eq!(
+        Extents::read(long_form.as_bytes()).unwrap().ranges(),
+        changed.as_slice(),
+        "{long_form}"
+    );
     assert_eq!(extents("csi/delta.json").capacity(), Some(16 * MIB));
     let allocated = vec![(0, 2 * MIB), (5 * MIB, MIB / 2), (10 * MIB, MIB / 2)];
     for name in ["thin/dump-dev1.xml", "csi/allocated.json"] {
@@ -186,12 +212,19 @@ async fn an_incremental_from_thin_delta_reads_only_the_changed_blocks() {
     let mut repo = Repository::init(env.storage("delta"), params())
         .await
         .unwrap();
-    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
-        .await
-        .unwrap();
+    let (first, s1) = back_up(
+        &mut repo,
+        &path,
+        &old,
+        block_opts(Some(dump_of_device_1())),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        s1.summary.bytes_read, SIZE as u64,
-        "a first backup without a map reads it all"
+        s1.summary.bytes_read,
+        4 * MIB,
+        "a first backup from thin_dump reads the blocks that hold allocated extents"
     );
     for fixture in ["thin/delta.xml", "thin/delta-verbose.xml", "csi/delta.json"] {
         let map = Some(BlockMap::Changed(extents(fixture)));
@@ -208,7 +241,7 @@ async fn an_incremental_from_thin_delta_reads_only_the_changed_blocks() {
         assert!(b.read.starts_with("changed:"), "{}", b.read);
         assert_eq!(
             (b.trusted_runs, b.bytes_from_parent, b.bytes_unallocated),
-            (1, 2 * MIB, 11 * MIB)
+            (2, 2 * MIB, 11 * MIB)
         );
         assert_eq!(s2.parent, Some(first));
         assert!(
@@ -368,6 +401,36 @@ async fn a_thin_delta_since_another_device_than_the_parents_is_refused() {
     );
 }
 
+/// Found by review (2026-12-08): the check above ran only when the parent recorded the
+/// thin device it was of, so a `thin_delta` onto a plain `--block` parent (Monday's
+/// whole backup; Tuesday's failed; Wednesday's delta since Tuesday) was taken, and kept
+/// Monday's data wherever Tuesday changed it. Such a parent is refused now; a chain starts
+/// with a `--allocated` run from `thin_dump`, which records the device.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thin_delta_onto_a_parent_that_records_no_thin_device_is_refused() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let (old, new) = images();
+    let mut repo = Repository::init(env.storage("unchained"), params())
+        .await
+        .unwrap();
+    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
+        .await
+        .unwrap();
+    assert_eq!(s1.block.as_ref().unwrap().snapshot, None);
+    let delta = Some(BlockMap::Changed(extents("thin/delta.xml")));
+    let e = back_up(&mut repo, &path, &new, block_opts(delta), Some(first))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RepoError::WrongParent(_))
+            && e.to_string().contains("since thin:1")
+            && e.to_string().contains("--allocated"),
+        "{e}"
+    );
+}
+
 /// Issue 26 items 1 and 6: an incremental whose parent is of another source or size, or
 /// not a block backup, or whose extents file is of the wrong kind or volume, is refused
 /// before anything is read.
@@ -471,9 +534,15 @@ async fn an_unchanged_block_whose_blob_is_gone_is_read_again() {
     let mut repo = Repository::init(env.storage("gone"), params())
         .await
         .unwrap();
-    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
-        .await
-        .unwrap();
+    let (first, s1) = back_up(
+        &mut repo,
+        &path,
+        &old,
+        block_opts(Some(dump_of_device_1())),
+        None,
+    )
+    .await
+    .unwrap();
     let node = repo.read_tree(&s1.tree).await.unwrap().nodes.remove(0);
     let mut packs: Vec<Id> = node
         .content
@@ -517,9 +586,15 @@ async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
     let mut repo = Repository::init(env.storage("changed-restore"), params())
         .await
         .unwrap();
-    let (first, s1) = back_up(&mut repo, &path, &old, block_opts(None), None)
-        .await
-        .unwrap();
+    let (first, s1) = back_up(
+        &mut repo,
+        &path,
+        &old,
+        block_opts(Some(dump_of_device_1())),
+        None,
+    )
+    .await
+    .unwrap();
     let map = Some(BlockMap::Changed(extents("thin/delta.xml")));
     let (_, s2) = back_up(&mut repo, &path, &new, block_opts(map), Some(first))
         .await
@@ -607,7 +682,8 @@ async fn a_loop_device_is_backed_up_whole_then_by_its_changed_blocks() {
         f.write_all_at(&new, 0).unwrap();
         f.sync_all().unwrap();
     }
-    let mut o = block_opts(Some(BlockMap::Changed(extents("thin/delta.xml"))));
+    // A loop device is no thin device: its changes come as a CSI driver's would.
+    let mut o = block_opts(Some(BlockMap::Changed(extents("csi/delta.json"))));
     o.parent = Some(first);
     let (_, s2) = backup(&mut repo, Source::Block(device), o).await.unwrap();
     drop(dev);
