@@ -84,12 +84,14 @@ async fn repair_holding<S: Storage>(
         repo,
         stored,
         trees: HashMap::new(),
+        block: None,
         new_trees: BTreeMap::new(),
         lost: Vec::new(),
     };
     let mut replaced: Vec<(Id, Snapshot)> = Vec::new();
     for (id, snap) in snaps {
         r.lost.clear();
+        r.block = snap.block.as_ref().map(|b| b.block_size);
         let tree = r.tree(snap.tree, (String::new(), Depth::default())).await?;
         if tree == snap.tree {
             continue;
@@ -144,9 +146,13 @@ async fn repair_holding<S: Storage>(
 struct Repairer<'a, S: Storage> {
     repo: &'a mut Repository<S>,
     stored: BTreeMap<Id, u64>,
-    /// Each tree repaired so far: its replacement (itself when whole), and what was lost
-    /// under it.
-    trees: HashMap<Id, (Id, Vec<String>)>,
+    /// Each tree repaired so far, and whether in a block backup (below): its replacement
+    /// (itself when whole), and what was lost under it.
+    trees: HashMap<(Id, Option<u64>), (Id, Vec<String>)>,
+    /// The block size of the snapshot being repaired, if it is a block backup: its image's
+    /// lost blocks become holes in place (their length is the block size), so that the
+    /// blocks after them stay at their offsets.
+    block: Option<u64>,
     /// New tree blobs to store, by ID.
     new_trees: BTreeMap<Id, Vec<u8>>,
     /// What the current snapshot lost.
@@ -166,7 +172,7 @@ impl<S: Storage> Repairer<'_, S> {
     /// The replacement of tree `id` at `path`, `depth` below the top (itself when nothing
     /// under it is lost).
     async fn tree(&mut self, id: Id, (path, depth): (String, Depth)) -> Result<Id> {
-        if let Some((done, lost)) = self.trees.get(&id) {
+        if let Some((done, lost)) = self.trees.get(&(id, self.block)) {
             self.lost.extend(lost.iter().cloned());
             return Ok(*done);
         }
@@ -179,7 +185,8 @@ impl<S: Storage> Repairer<'_, S> {
                 shown(&path)
             ));
             let empty = self.add_tree(&Tree { nodes: Vec::new() });
-            self.trees.insert(id, (empty, self.lost[start..].to_vec()));
+            self.trees
+                .insert((id, self.block), (empty, self.lost[start..].to_vec()));
             return Ok(empty);
         }
         let mut tree = self.repo.read_tree(&id).await?;
@@ -214,7 +221,8 @@ impl<S: Storage> Repairer<'_, S> {
             }
         }
         let new = if changed { self.add_tree(&tree) } else { id };
-        self.trees.insert(id, (new, self.lost[start..].to_vec()));
+        self.trees
+            .insert((id, self.block), (new, self.lost[start..].to_vec()));
         Ok(new)
     }
 
@@ -250,6 +258,28 @@ impl<S: Storage> Repairer<'_, S> {
                 .sum(),
         );
         let lost_chunks = missing.len();
+        if let Some(block) = self.block {
+            // Every block's blob holds `block` bytes but the last one's, which holds
+            // what is left of the image.
+            let mut out = Vec::with_capacity(content.len());
+            let mut at = 0u64;
+            for c in content {
+                let len = match &c {
+                    Content::Zero { zero } => *zero,
+                    Content::Blob { .. } => block.min(old_size.saturating_sub(at)),
+                };
+                match c {
+                    Content::Blob { blob } if self.usable(&blob) => {
+                        out.push(Content::Blob { blob });
+                    }
+                    _ => crate::blocks::push_entry(&mut out, len, None),
+                }
+                at += len;
+            }
+            let what =
+                format!("{lost_chunks} block(s), {run_len} bytes, lost: zeros in their place");
+            return (out, old_size, Some(what));
+        }
         if one_run {
             let mut out: Vec<Content> = content[..first].to_vec();
             out.push(Content::Zero { zero: run_len });

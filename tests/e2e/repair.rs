@@ -40,6 +40,18 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The largest data pack: one that holds data (trees are packed apart and small).
+fn largest_pack(repo: &Repo) -> String {
+    repo.objects("data")
+        .into_iter()
+        .max_by_key(|p| {
+            std::fs::metadata(repo.object_path("data", p))
+                .unwrap()
+                .len()
+        })
+        .unwrap()
+}
+
 /// Prune, twice (mark, delete), and a third run that finds nothing unused.
 fn prune_settles(repo: &Repo) {
     repo.ok(&["prune"]);
@@ -124,15 +136,7 @@ fn a_lost_pack_is_left_out_by_repair_index_and_repair_snapshots_keeps_the_rest()
     let (repo, src, original) = backed_up();
     let want = files(src.path());
     // The largest pack holds data (trees are packed apart and small).
-    let pack = repo
-        .objects("data")
-        .into_iter()
-        .max_by_key(|p| {
-            std::fs::metadata(repo.object_path("data", p))
-                .unwrap()
-                .len()
-        })
-        .unwrap();
+    let pack = largest_pack(&repo);
     std::fs::remove_file(repo.object_path("data", &pack)).unwrap();
 
     let check = repo.kura(&["check", "--read-data"]);
@@ -226,4 +230,64 @@ fn a_lost_pack_is_left_out_by_repair_index_and_repair_snapshots_keeps_the_rest()
     let newest = repo.snapshots().pop().unwrap();
     assert!(repo.restored(&newest, &name(&src)) == want);
     repo.check_clean();
+}
+
+/// Found by review (2026-12-08): `restore NEW TARGET --only-changed-since OLD` onto a
+/// standby that holds OLD wrote the blocks in which the snapshots differ; where NEW was
+/// repaired, the blocks it lost are holes, so the standby's copy of them, which may be the
+/// only one left, was zeroed. An incomplete or repaired snapshot is refused for it.
+#[test]
+fn an_incremental_restore_of_a_repaired_image_is_refused_and_the_target_left_alone() {
+    let repo = Repo::init(&[INIT, &["--block-kib", "64"]].concat());
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let mon = pseudo_random(3 << 20, 71);
+    let mut tue = mon.clone();
+    tue[..64 << 10].copy_from_slice(&pseudo_random(64 << 10, 72));
+    std::fs::write(p("mon.img"), &mon).unwrap();
+    std::fs::write(p("tue.img"), &tue).unwrap();
+    let block = ["backup", "--block", "--source-id", "vg0/vol"];
+    repo.ok(&[&block[..], &[p("mon.img").as_str()]].concat());
+    repo.ok(&[&block[..], &[p("tue.img").as_str()]].concat());
+    let mon_id = repo.snapshots()[0].clone();
+    // Tuesday's image keeps most of Monday's blocks: a lost pack is lost to both.
+    let pack = largest_pack(&repo);
+    std::fs::remove_file(repo.object_path("data", &pack)).unwrap();
+    repo.ok(&["repair", "index"]);
+    // Without --forget: Monday's original stays, with blobs where the repaired Tuesday
+    // has holes.
+    let _ = repo.kura(&["repair", "snapshots"]);
+    let list = repo.ok(&["snapshots", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let repaired: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            let snap = &s["snapshot"];
+            snap["tags"]
+                .as_array()
+                .is_some_and(|t| t.contains(&"repaired".into()))
+                && snap["paths"][0].as_str().unwrap().ends_with("tue.img")
+        })
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    let [tue_id] = repaired.as_slice() else {
+        panic!("Tuesday's snapshot repaired: {list}");
+    };
+
+    std::fs::write(p("standby.img"), &mon).unwrap();
+    let out = repo.kura(&[
+        "restore",
+        tue_id,
+        &p("standby.img"),
+        "--only-changed-since",
+        &mon_id,
+    ]);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("repaired"), "{}", stderr(&out));
+    assert!(
+        std::fs::read(p("standby.img")).unwrap() == mon,
+        "the standby keeps Monday's image"
+    );
 }

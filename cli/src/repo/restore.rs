@@ -157,6 +157,16 @@ async fn changed_since(
             }
         );
     };
+    // What a repair lost is holes in the snapshot: set against OLD's blobs they would
+    // zero the target's copy of those blocks, which may be the only one left.
+    if snap.incomplete || !snap.errors.is_empty() {
+        bail!(
+            "snapshot {} is incomplete or was repaired: blocks it lost are holes in it, and \
+             writing the blocks that differ would zero the target's copy of them; restore it \
+             whole instead",
+            id.short()
+        );
+    }
     if new.source != old.source || new.block_size != old.block_size {
         bail!(
             "snapshot {} is of source {:?}, snapshot {} of {:?}: the target cannot hold both",

@@ -73,6 +73,10 @@ pub struct BlockOptions {
 pub(super) struct ParentBlock<'a> {
     pub(super) record: Option<&'a BlockRecord>,
     pub(super) node: Option<&'a Node>,
+    /// The parent snapshot is neither incomplete nor repaired ([`Parent::whole`]).
+    ///
+    /// [`Parent::whole`]: super::walk::Parent
+    pub(super) whole: bool,
 }
 
 /// What a block read while verifying was taken to be without reading.
@@ -463,6 +467,14 @@ fn parent_fits<'a>(
             "the parent is in blocks of {} bytes, this repository's are {block}",
             before.block_size
         )));
+    }
+    // A repaired snapshot's lost blocks are holes, which this run would keep where the
+    // changes say nothing changed: the device's data there would be in no later snapshot.
+    if !p.whole {
+        return Err(RepoError::WrongParent(
+            "the parent is incomplete or was repaired (`repair snapshots`): blocks it lost              are holes in it; back up without --changed (or with --allocated) to start again"
+                .into(),
+        ));
     }
     Ok((before, node))
 }

@@ -205,6 +205,7 @@ fn run<S: Storage>(
                 .block_on(w.packer.repo().read_tree(&snap.tree))?,
             started: snap.instant(),
             xattrs_recorded: snap.xattrs_recorded,
+            whole: !snap.incomplete && snap.errors.is_empty(),
             block: snap.block,
         }),
         None => None,

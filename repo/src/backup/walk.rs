@@ -46,6 +46,9 @@ pub(super) struct Parent {
     pub(super) xattrs_recorded: bool,
     /// What it read, if it is a block backup.
     pub(super) block: Option<crate::snapshot::BlockRecord>,
+    /// Whether it read everything and was not repaired (no `incomplete`, no `errors`):
+    /// what a repair lost is holes in it, which a `--changed` run would take for content.
+    pub(super) whole: bool,
 }
 
 /// What to back up.
@@ -181,6 +184,7 @@ impl<S: Storage> Walker<S> {
         self.parent_xattrs = parent.is_some_and(|p| p.xattrs_recorded);
         let block_parent = parent.map(|p| ParentBlock {
             record: p.block.as_ref(),
+            whole: p.whole,
             node: match p.root.nodes.as_slice() {
                 [node] => Some(node),
                 _ => None,
