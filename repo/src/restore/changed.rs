@@ -1,7 +1,8 @@
 //! `--only-changed-since`: a block image restored onto a device (or image file) that
 //! still holds an older snapshot of the same source, writing only the blocks in which the
-//! two snapshots differ. What the target holds is the caller's word: kura does not read
-//! the target to check it (that would cost the reading the option saves).
+//! two snapshots differ. What the target holds is mostly the caller's word: kura reads
+//! a few of its blocks to check it ([`spot_check`]), not all of them (that would cost
+//! the reading the option saves).
 
 use crate::blocks::{Blocks, push_entry};
 use crate::error::{RepoError, Result};
@@ -109,8 +110,11 @@ const SPOT_CHECKS: usize = 16;
 
 /// Refuses a target that does not hold `since`: up to [`SPOT_CHECKS`] blocks that both
 /// snapshots hold as the same blob, spread over the image, are read from the target and
-/// must hash to that blob. Cheap (16 blocks), and it catches the likely mistake: the
-/// live volume, or a device of another source, given for the older snapshot's copy.
+/// must hash to that blob, and as many that both hold as holes must read as zeros (those
+/// are never written, so a target holding something else there would keep it). Cheap
+/// (32 blocks at most), and it catches the likely mistake: the live volume, or a device
+/// of another source, given for the older snapshot's copy. Two snapshots that share no
+/// block leave nothing to check, and are refused.
 async fn spot_check<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
@@ -121,16 +125,25 @@ async fn spot_check<S: Storage>(
     let size = node.size.unwrap_or(0);
     let new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
     let old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
-    let mut all = Vec::new();
+    let (mut blobs, mut holes) = (Vec::new(), Vec::new());
     for (i, (a, b)) in new.zip(old).enumerate() {
-        if let (Some(a), Some(b)) = (a?, b?)
-            && a == b
-        {
-            all.push((i as u64 * block, a));
+        let (a, b) = (a?, b?);
+        if a == b {
+            if a.is_some() { &mut blobs } else { &mut holes }.push((i as u64 * block, a));
         }
     }
-    let step = all.len().div_ceil(SPOT_CHECKS).max(1);
-    let picked: Vec<(u64, crate::id::Id)> = all.into_iter().step_by(step).collect();
+    if blobs.is_empty() && holes.is_empty() {
+        return Err(RepoError::WrongParent(
+            "the two snapshots share no block, so nothing shows that the target holds the \
+             older one; restore the snapshot whole; nothing was written"
+                .into(),
+        ));
+    }
+    let spread = |all: Vec<(u64, Option<crate::id::Id>)>| {
+        let step = all.len().div_ceil(SPOT_CHECKS).max(1);
+        all.into_iter().step_by(step)
+    };
+    let picked: Vec<(u64, Option<crate::id::Id>)> = spread(blobs).chain(spread(holes)).collect();
     let file = target
         .file
         .try_clone()
@@ -154,7 +167,11 @@ async fn spot_check<S: Storage>(
     .map_err(|e| RepoError::task("spot check", &e))?
     .map_err(|e| RepoError::io(&path, e))?;
     for ((at, id), bytes) in picked.iter().zip(read) {
-        if repo.config.id_key.id(&bytes) != *id {
+        let as_older = match id {
+            Some(id) => repo.config.id_key.id(&bytes) == *id,
+            None => bytes.iter().all(|&b| b == 0),
+        };
+        if !as_older {
             return Err(RepoError::WrongParent(format!(
                 "{}'s block at byte {at} is not what the older snapshot holds there: the \
                  target does not hold that snapshot, and writing only the changed blocks \

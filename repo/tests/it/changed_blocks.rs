@@ -651,6 +651,65 @@ async fn a_repaired_image_keeps_its_blocks_in_place_and_is_refused_as_the_parent
     );
 }
 
+/// Found by review (2026-12-08): the spot check read only blocks that both snapshots hold
+/// as the same blob, so where they share none (the older one an empty volume's first
+/// backup) it read nothing and passed, and a target holding something else kept it
+/// wherever both snapshots have holes. Shared holes are read too (they must be zeros),
+/// and a pair of snapshots that share no block at all is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_incremental_restore_checks_shared_holes_and_refuses_snapshots_that_share_nothing() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    let mut repo = Repository::init(env.storage("changed-empty"), params())
+        .await
+        .unwrap();
+    let empty = vec![0u8; SIZE];
+    let mut new = empty.clone();
+    new[..3 << 20].copy_from_slice(&pseudo_random(3 << 20, 41));
+    let (_, s1) = back_up(&mut repo, &path, &empty, block_opts(None), None)
+        .await
+        .unwrap();
+    let (_, s2) = back_up(&mut repo, &path, &new, block_opts(None), None)
+        .await
+        .unwrap();
+    let old_node = repo.read_tree(&s1.tree).await.unwrap().nodes.remove(0);
+    let new_node = repo.read_tree(&s2.tree).await.unwrap().nodes.remove(0);
+
+    let target = dir.path().join("target.img");
+    let garbage = vec![0xAA; SIZE];
+    std::fs::write(&target, &garbage).unwrap();
+    let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
+    let e = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not hold that snapshot"), "{e}");
+    assert!(
+        std::fs::read(&target).unwrap() == garbage,
+        "nothing written"
+    );
+    // A target that holds the empty volume takes the new blocks.
+    std::fs::write(&target, &empty).unwrap();
+    let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
+    kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+        .await
+        .unwrap();
+    assert!(std::fs::read(&target).unwrap() == new);
+
+    // Every block differs: nothing can be checked, so nothing is written.
+    let full = pseudo_random(SIZE, 42);
+    let (_, s3) = back_up(&mut repo, &path, &full, block_opts(None), None)
+        .await
+        .unwrap();
+    let full_node = repo.read_tree(&s3.tree).await.unwrap().nodes.remove(0);
+    let opened = kura_repo::FileTarget::open_in_place(&target, &full_node).unwrap();
+    let e = kura_repo::restore_changed_to(&repo, &new_node, &full_node, MIB, opened)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("share no block"), "{e}");
+    assert!(std::fs::read(&target).unwrap() == new, "nothing written");
+}
+
 /// Issue 26 item 5: onto an image file, then a loop device, that holds yesterday's
 /// snapshot, `--only-changed-since` writes the three changed blocks only, and the
 /// discarded block becomes a hole again.
