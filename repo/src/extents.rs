@@ -482,17 +482,35 @@ fn same_capacity(capacity: &mut Option<u64>, c: u64) -> Result<()> {
 
 /// `OFFSET LENGTH` lines, or the CSI lister's table
 /// (`Record# VolCapBytes BlockMetadataType ByteOffset SizeBytes`, a rule, then rows).
-fn parse_lines(input: impl BufRead, format: ExtentsFormat) -> Result<Extents> {
+fn parse_lines(mut input: impl BufRead, format: ExtentsFormat) -> Result<Extents> {
     let mut ranges = Vec::new();
     let mut capacity = None;
-    for (i, line) in input.lines().enumerate() {
-        let line = line.map_err(|e| RepoError::io(std::path::Path::new("extents"), e))?;
+    let mut line = String::new();
+    for i in 0.. {
+        line.clear();
+        let read = input
+            .read_line(&mut line)
+            .map_err(|e| RepoError::io(std::path::Path::new("extents"), e))?;
+        if read == 0 {
+            break;
+        }
+        // The lister ends every row of its table with a line end: a last row without
+        // one was cut off (the lister killed part-way), and would read as fewer changes.
+        let ended = line.strip_suffix('\n');
+        if ended.is_none() && format == ExtentsFormat::CsiTable && !line.trim().is_empty() {
+            return Err(bad(format!(
+                "line {}: it ends without a line end: cut off (did the lister stop part-way?)",
+                i + 1
+            )));
+        }
+        let whole = ended.unwrap_or(&line);
+        let line = whole.strip_suffix('\r').unwrap_or(whole);
         let at = |why: String| bad(format!("line {}: {why}", i + 1));
         // `#` starts a comment in a list; the table's header is `Record#`.
         let text = if format == ExtentsFormat::List {
             line.split('#').next().unwrap_or("")
         } else {
-            &line
+            line
         }
         .trim();
         if text.is_empty() {
