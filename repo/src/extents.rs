@@ -14,10 +14,13 @@
 //!
 //! The format is told from the first bytes. Every number is checked (no overflow, no
 //! element or field this reader does not know), since a map read wrong is data missed.
+//! CSI JSON is read in `csi_json.rs`.
 
 use std::io::{BufRead, BufReader, Read};
 
 use crate::error::{RepoError, Result};
+
+mod csi_json;
 
 /// A sector of `data_block_size`, in bytes.
 const SECTOR: u64 = 512;
@@ -99,7 +102,7 @@ impl Extents {
         };
         match first {
             Some(b'<') => parse_thin(input),
-            Some(b'[' | b'{') => parse_csi_json(input),
+            Some(b'[' | b'{') => csi_json::parse(input),
             Some(b'R') => parse_lines(input, ExtentsFormat::CsiTable),
             Some(b'0'..=b'9' | b'#') => parse_lines(input, ExtentsFormat::List),
             // A tool that failed leaves an empty file behind its `>`: taken for "nothing
@@ -388,84 +391,6 @@ fn parse_thin(input: impl BufRead) -> Result<Extents> {
     extents.of = of;
     extents.since = since;
     Ok(extents)
-}
-
-/// A JSON number, or a string of one (the protobuf JSON mapping writes 64-bit integers
-/// as strings; Go's encoding/json, which the lister uses, as numbers).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum Number {
-    Int(u64),
-    Text(String),
-}
-
-impl Number {
-    fn value(&self, what: &str) -> Result<u64> {
-        match self {
-            Self::Int(n) => Ok(*n),
-            Self::Text(t) => number(what, t),
-        }
-    }
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CsiRecord {
-    // The lister leaves the type as a number (FIXED_LENGTH 1, VARIABLE_LENGTH 2); the
-    // protobuf mapping spells it. Either way the extents say the same.
-    #[serde(default, alias = "blockMetadataType")]
-    #[allow(dead_code, reason = "read to refuse unknown fields, not used")]
-    block_metadata_type: Option<serde_json::Value>,
-    #[serde(default, alias = "volumeCapacityBytes")]
-    volume_capacity_bytes: Option<Number>,
-    #[serde(default, alias = "blockMetadata")]
-    block_metadata: Vec<CsiBlock>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CsiBlock {
-    // Go's generated structs omit zero values: the first extent has no offset.
-    #[serde(default, alias = "byteOffset")]
-    byte_offset: Option<Number>,
-    #[serde(default, alias = "sizeBytes")]
-    size_bytes: Option<Number>,
-}
-
-/// CSI SnapshotMetadata records as JSON: a list of them (the lister's), or one.
-fn parse_csi_json(input: impl BufRead) -> Result<Extents> {
-    let what = |e: serde_json::Error| {
-        bad(format!(
-            "CSI SnapshotMetadata JSON (a list of records of block_metadata): {e}"
-        ))
-    };
-    // Through a value, so that an error names the field rather than "no variant matched".
-    let value: serde_json::Value = serde_json::from_reader(input).map_err(what)?;
-    let records: Vec<CsiRecord> = if value.is_array() {
-        serde_json::from_value(value).map_err(what)?
-    } else {
-        vec![serde_json::from_value(value).map_err(what)?]
-    };
-    let mut capacity = None;
-    let mut ranges = Vec::new();
-    for r in records {
-        if let Some(c) = &r.volume_capacity_bytes {
-            same_capacity(&mut capacity, c.value("volume_capacity_bytes")?)?;
-        }
-        for b in r.block_metadata {
-            let o = b
-                .byte_offset
-                .as_ref()
-                .map_or(Ok(0), |n| n.value("byte_offset"))?;
-            let l = b
-                .size_bytes
-                .as_ref()
-                .ok_or_else(|| bad(format!("the extent at {o} has no size_bytes")))?
-                .value("size_bytes")?;
-            ranges.push((o, l));
-        }
-    }
-    Extents::from_ranges(ExtentsFormat::CsiJson, ranges, capacity)
 }
 
 fn same_capacity(capacity: &mut Option<u64>, c: u64) -> Result<()> {

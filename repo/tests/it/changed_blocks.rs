@@ -134,6 +134,14 @@ fn every_format_of_the_fixtures_says_the_same_extents() {
         "{long_form}"
     );
     assert_eq!(extents("csi/delta.json").capacity(), Some(16 * MIB));
+    // The protobuf JSON mapping: one response, camelCase, 64-bit numbers as strings, the
+    // type spelled.
+    let proto = br#"{"blockMetadataType":"FIXED_LENGTH","volumeCapacityBytes":"16777216",
+        "blockMetadata":[{"byteOffset":"1048576","sizeBytes":"524288"},
+        {"byteOffset":"10485760","sizeBytes":"524288"},{"byteOffset":"15728640","sizeBytes":"1048576"}]}"#;
+    let read = Extents::read(&proto[..]).unwrap();
+    assert_eq!(read.ranges(), changed.as_slice());
+    assert_eq!(read.capacity(), Some(16 * MIB));
     let allocated = vec![(0, 2 * MIB), (5 * MIB, MIB / 2), (10 * MIB, MIB / 2)];
     for name in ["thin/dump-dev1.xml", "csi/allocated.json"] {
         assert_eq!(extents(name).ranges(), allocated.as_slice(), "{name}");
@@ -211,6 +219,34 @@ fn an_empty_or_cut_off_extents_file_is_refused() {
         "{}",
         err(cut.as_bytes())
     );
+    for (json, names) in [
+        (
+            &br#"[{"volume_capacity_bytes":1,"block_metadata":[]},{"volume_capacity_bytes":2}]"#[..],
+            "two volume sizes",
+        ),
+        (
+            br#"[{"block_metadata":[{"byte_offset":5}]}]"#,
+            "no size_bytes",
+        ),
+        (
+            br#"[{"block_metadata":[{"byte_offset":-5,"size_bytes":1}]}]"#,
+            "-5",
+        ),
+        (
+            br#"[{"block_metadata":[]}] [{"block_metadata":[]}]"#,
+            "trailing",
+        ),
+        (
+            br#"[{"block_metadata":[{"byte_offset":"0x10","size_bytes":1}]}]"#,
+            "0x10",
+        ),
+        (
+            br#"[{"block_metadata":[{"byte_offset":0,"size_bytes":1}]}"#,
+            "EOF",
+        ),
+    ] {
+        assert!(err(json).contains(names), "{}", err(json));
+    }
     let typo = b"[{\"block_metadata\":[{\"byte_offset\":3,\"size_bytez\":1}]}]";
     assert!(
         err(typo).contains("size_bytez"),
