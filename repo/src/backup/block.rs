@@ -231,6 +231,16 @@ impl Source {
         } else {
             None
         };
+        // Opened by its path again: a name swapped in between (a symlink to another
+        // device) would be read in place of the source whose size was taken. Such a
+        // second descriptor is dropped, and every read goes through the first.
+        let same = |f: &File| {
+            let (a, b) = (rustix::fs::fstat(&buffered), rustix::fs::fstat(f));
+            a.ok().zip(b.ok()).is_some_and(|(a, b)| {
+                (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
+            })
+        };
+        let direct = direct.filter(same);
         Self { direct, buffered }
     }
 
