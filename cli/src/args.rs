@@ -385,9 +385,9 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "GLOB")]
     pub include: Vec<String>,
     /// The block device (or image) still holds this older snapshot of the same source:
-    /// write only the blocks in which the two differ (up to 16 shared blocks and 16
-    /// shared holes are read back first to check that it does; two snapshots that share
-    /// none are refused).
+    /// write only the blocks in which the two differ (up to 16 shared blocks, 16 shared
+    /// holes and 16 shared blocks it changed from its own parent are read back first to
+    /// check that it does; two snapshots that share none are refused).
     #[arg(long, value_name = "SNAPSHOT", conflicts_with = "include")]
     pub only_changed_since: Option<String>,
 }

@@ -1159,6 +1159,10 @@ fn parent_latest_is_the_newest_of_the_same_paths() {
 /// `--source-id`, whatever the device's path and the host), a verifying run that finds a block the
 /// extents file missed (exit 1, the snapshot saved), and `--only-changed-since`.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one night-by-night scenario, read top to bottom"
+)]
 fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() {
     const MIB: usize = 1 << 20;
     let gw = gateway();
@@ -1228,19 +1232,20 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
         serde_json::json!([[0, MIB]])
     );
 
-    std::fs::write(p("target.img"), &mon).unwrap();
-    let (id1, id3) = (first["id"].as_str().unwrap(), third["id"].as_str().unwrap());
-    let out = kura(
-        &gw,
-        &[
+    // `restore ID target.img --only-changed-since SINCE` onto Monday's image.
+    let onto_monday = |id: &str, since: &str| {
+        std::fs::write(p("target.img"), &mon).unwrap();
+        let args = [
             "restore",
-            id3,
+            id,
             &p("target.img"),
             "--only-changed-since",
-            id1,
-        ],
-        None,
-    );
+            since,
+        ];
+        kura(&gw, &args, None)
+    };
+    let (id1, id3) = (first["id"].as_str().unwrap(), third["id"].as_str().unwrap());
+    let out = onto_monday(id3, id1);
     ok(&out);
     assert!(
         std::fs::read(p("target.img")).unwrap() == wed,
@@ -1248,6 +1253,17 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("2097152 of 4194304 bytes written"), "{err}");
+
+    // A standby still holding Monday's image, told it holds Tuesday's (whose parent is
+    // Monday's: the blocks Tuesday changed are checked too), is refused.
+    let out = onto_monday(id3, second["id"].as_str().unwrap());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not hold that snapshot"), "{err}");
+    assert!(
+        std::fs::read(p("target.img")).unwrap() == mon,
+        "nothing written"
+    );
 }
 
 /// Before: a restore held each directory it was writing into open, and up to about 2,000

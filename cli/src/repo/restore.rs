@@ -184,6 +184,7 @@ async fn changed_since(
             tree.nodes.len()
         );
     };
+    let before = before_since(repo, &since_snap).await;
     let target = kura_repo::FileTarget::open_in_place(&args.target, node)
         .with_context(|| format!("restoring onto {}", args.target.display()))?;
     eprintln!(
@@ -193,7 +194,8 @@ async fn changed_since(
         since_id.short()
     );
     let bar = crate::progress::start(repo.progress().clone(), "restore");
-    let done = kura_repo::restore_changed_to(repo, node, old_node, new.block_size, target).await;
+    let older = (old_node, before.as_ref());
+    let done = kura_repo::restore_changed_to(repo, node, older, new.block_size, target).await;
     drop(bar);
     let done = done.with_context(|| format!("restoring onto {}", args.target.display()))?;
     eprintln!(
@@ -205,6 +207,25 @@ async fn changed_since(
         since_id.short()
     );
     Ok(())
+}
+
+/// The image of the parent of `since` (the snapshot the target holds), where it is a block
+/// backup of the same source that reads: the check of the target then also reads blocks
+/// `since` changed from it, which a standby one backup behind holds wrong. `None` (no such
+/// extra check) otherwise.
+async fn before_since(
+    repo: &kura_repo::Repository<kura_repo::S3Storage>,
+    since: &kura_repo::Snapshot,
+) -> Option<kura_repo::Node> {
+    let parent = repo.load_snapshot(&since.parent?).await.ok()?;
+    let (Some(a), Some(b)) = (&parent.block, &since.block) else {
+        return None;
+    };
+    if a.source != b.source || a.block_size != b.block_size {
+        return None;
+    }
+    let mut tree = repo.read_tree(&parent.tree).await.ok()?;
+    (tree.nodes.len() == 1).then(|| tree.nodes.remove(0))
 }
 
 /// Waits for SIGINT or SIGTERM (what Ctrl-C and Kubernetes send); names it.

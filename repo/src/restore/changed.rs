@@ -25,16 +25,19 @@ pub struct ChangedRestore {
 
 /// Restores `node` onto `target`, which holds `since` (an older snapshot's node of the
 /// same source, in blocks of `block` bytes): only the blocks whose blob or hole differs
-/// are written; holes are zeroed by the device as a full restore's are.
+/// are written; holes are zeroed by the device as a full restore's are. `before_since`,
+/// where given, is the image of `since`'s own parent: the check of the target then also
+/// reads blocks that `since` changed from it, which a target still holding that parent
+/// (a standby one backup behind) gets wrong.
 ///
 /// # Errors
-/// [`RepoError::WrongParent`] when the two images differ in size;
-/// [`RepoError::Corrupt`] when either is not of whole blocks of `block` bytes; storage,
-/// verification and write errors.
+/// [`RepoError::WrongParent`] when the two images differ in size, or the target does not
+/// hold `since` as far as the check reads; [`RepoError::Corrupt`] when either is not of
+/// whole blocks of `block` bytes; storage, verification and write errors.
 pub async fn restore_changed_to<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
-    since: &Node,
+    (since, before_since): (&Node, Option<&Node>),
     block: u64,
     target: FileTarget,
 ) -> Result<ChangedRestore> {
@@ -52,7 +55,7 @@ pub async fn restore_changed_to<S: Storage>(
         discard: super::write::thin_block(&target.file),
     };
     repo.progress.set_total(size);
-    spot_check(repo, node, since, &target, block).await?;
+    spot_check(repo, node, (since, before_since), &target, block).await?;
     let mut new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
     let mut old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
     let mut written = 0u64;
@@ -105,45 +108,91 @@ pub async fn restore_changed_to<S: Storage>(
     })
 }
 
+/// What a block both snapshots hold alike is, for the spot check.
+#[derive(Clone, Copy)]
+enum Shared {
+    Blob,
+    Hole,
+    /// Changed by the older snapshot from its parent.
+    ChangedBefore,
+}
+
+/// Calls `each(offset, blob, kind)` for every block that `node` and `since` hold alike
+/// (the same blob, or both a hole); with `before_since` (of the same size), one that
+/// differs there from `since` is [`Shared::ChangedBefore`].
+fn shared_blocks<'a>(
+    node: &'a Node,
+    (since, before_since): (&'a Node, Option<&'a Node>),
+    block: u64,
+    mut each: impl FnMut(u64, Option<crate::id::Id>, Shared),
+) -> Result<()> {
+    let size = node.size.unwrap_or(0);
+    let blocks = |n: &'a Node| Blocks::new(n.content.as_deref().unwrap_or_default(), size, block);
+    let (new, old) = (blocks(node)?, blocks(since)?);
+    let mut before = before_since.map(blocks).transpose()?;
+    for (i, (a, b)) in new.zip(old).enumerate() {
+        let (a, b) = (a?, b?);
+        let was = before.as_mut().and_then(Iterator::next).transpose()?;
+        if a == b {
+            let kind = if before.is_some() && was != Some(b) {
+                Shared::ChangedBefore
+            } else if a.is_some() {
+                Shared::Blob
+            } else {
+                Shared::Hole
+            };
+            each(i as u64 * block, a, kind);
+        }
+    }
+    Ok(())
+}
+
 /// Blocks of the target read and hashed before anything is written.
 const SPOT_CHECKS: usize = 16;
 
 /// Refuses a target that does not hold `since`: up to [`SPOT_CHECKS`] blocks that both
 /// snapshots hold as the same blob, spread over the image, are read from the target and
 /// must hash to that blob, and as many that both hold as holes must read as zeros (those
-/// are never written, so a target holding something else there would keep it). Cheap
-/// (32 blocks at most), and it catches the likely mistake: the live volume, or a device
-/// of another source, given for the older snapshot's copy. Two snapshots that share no
-/// block leave nothing to check, and are refused.
+/// are never written, so a target holding something else there would keep it); with
+/// `before_since`, as many again of the shared blocks that `since` changed from its
+/// parent, which a target one backup behind holds wrong (among all shared blocks, 16
+/// samples would rarely meet them). Cheap (48 blocks at most), and it catches the likely
+/// mistakes: the live volume, a device of another source, or a standby one backup behind,
+/// given for the older snapshot's copy. Two snapshots that share no block leave nothing
+/// to check, and are refused.
 async fn spot_check<S: Storage>(
     repo: &Repository<S>,
     node: &Node,
-    since: &Node,
+    (since, before_since): (&Node, Option<&Node>),
     target: &FileTarget,
     block: u64,
 ) -> Result<()> {
     let size = node.size.unwrap_or(0);
-    let new = Blocks::new(node.content.as_deref().unwrap_or_default(), size, block)?;
-    let old = Blocks::new(since.content.as_deref().unwrap_or_default(), size, block)?;
-    let (mut blobs, mut holes) = (Vec::new(), Vec::new());
-    for (i, (a, b)) in new.zip(old).enumerate() {
-        let (a, b) = (a?, b?);
-        if a == b {
-            if a.is_some() { &mut blobs } else { &mut holes }.push((i as u64 * block, a));
-        }
-    }
-    if blobs.is_empty() && holes.is_empty() {
+    // `since`'s parent counts where it is of the same size.
+    let before_since = before_since.filter(|b| b.size == Some(size));
+    // Two passes over the images, so that nothing grows with their size: the shared
+    // blocks of each kind counted, then every so many of them picked.
+    let mut counts = [0usize; 3];
+    shared_blocks(node, (since, before_since), block, |_, _, kind| {
+        counts[kind as usize] += 1;
+    })?;
+    if counts == [0; 3] {
         return Err(RepoError::WrongParent(
             "the two snapshots share no block, so nothing shows that the target holds the \
              older one; restore the snapshot whole; nothing was written"
                 .into(),
         ));
     }
-    let spread = |all: Vec<(u64, Option<crate::id::Id>)>| {
-        let step = all.len().div_ceil(SPOT_CHECKS).max(1);
-        all.into_iter().step_by(step)
-    };
-    let picked: Vec<(u64, Option<crate::id::Id>)> = spread(blobs).chain(spread(holes)).collect();
+    let steps = counts.map(|n| n.div_ceil(SPOT_CHECKS).max(1));
+    let mut seen = [0usize; 3];
+    let mut picked: Vec<(u64, Option<crate::id::Id>)> = Vec::new();
+    shared_blocks(node, (since, before_since), block, |at, id, kind| {
+        let k = kind as usize;
+        if seen[k].is_multiple_of(steps[k]) {
+            picked.push((at, id));
+        }
+        seen[k] += 1;
+    })?;
     let file = target
         .file
         .try_clone()

@@ -726,7 +726,7 @@ async fn an_incremental_restore_checks_shared_holes_and_refuses_snapshots_that_s
     let garbage = vec![0xAA; SIZE];
     std::fs::write(&target, &garbage).unwrap();
     let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
-    let e = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+    let e = kura_repo::restore_changed_to(&repo, &new_node, (&old_node, None), MIB, opened)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("does not hold that snapshot"), "{e}");
@@ -737,7 +737,7 @@ async fn an_incremental_restore_checks_shared_holes_and_refuses_snapshots_that_s
     // A target that holds the empty volume takes the new blocks.
     std::fs::write(&target, &empty).unwrap();
     let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
-    kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+    kura_repo::restore_changed_to(&repo, &new_node, (&old_node, None), MIB, opened)
         .await
         .unwrap();
     assert!(std::fs::read(&target).unwrap() == new);
@@ -749,11 +749,64 @@ async fn an_incremental_restore_checks_shared_holes_and_refuses_snapshots_that_s
         .unwrap();
     let full_node = repo.read_tree(&s3.tree).await.unwrap().nodes.remove(0);
     let opened = kura_repo::FileTarget::open_in_place(&target, &full_node).unwrap();
-    let e = kura_repo::restore_changed_to(&repo, &new_node, &full_node, MIB, opened)
+    let e = kura_repo::restore_changed_to(&repo, &new_node, (&full_node, None), MIB, opened)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("share no block"), "{e}");
     assert!(std::fs::read(&target).unwrap() == new, "nothing written");
+}
+
+/// Found by review (2026-12-08): a standby one backup behind (it holds Sunday's image,
+/// and is told it holds Monday's) passed the spot check unless one of its 16 samples,
+/// spread over every shared block, met a block Monday changed: with little churn, rarely.
+/// Tuesday's changes were then written over Sunday's image, a mix. Given Monday's parent,
+/// the check also reads the shared blocks Monday changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_incremental_restore_onto_a_target_one_backup_behind_is_refused() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.img");
+    // Blocks of 64 KiB: 256 of them, so that 16 samples spread over the shared ones miss
+    // the one Monday changed.
+    let small_blocks = Params {
+        block_size: 64 << 10,
+        ..params()
+    };
+    let mut repo = Repository::init(env.storage("behind"), small_blocks)
+        .await
+        .unwrap();
+    let sun = pseudo_random(SIZE, 51);
+    let mut mon = sun.clone();
+    mon[7 << 16..8 << 16].copy_from_slice(&pseudo_random(64 << 10, 52));
+    let mut tue = mon.clone();
+    tue[..64 << 10].copy_from_slice(&pseudo_random(64 << 10, 53));
+    let mut nodes = Vec::new();
+    for image in [&sun, &mon, &tue] {
+        let (_, snap) = back_up(&mut repo, &path, image, block_opts(None), None)
+            .await
+            .unwrap();
+        nodes.push(repo.read_tree(&snap.tree).await.unwrap().nodes.remove(0));
+    }
+    let [sun_node, mon_node, tue_node] = nodes.as_slice() else {
+        unreachable!()
+    };
+
+    // Tuesday's image by its changes since Monday's onto a standby holding `image`.
+    let target = dir.path().join("standby.img");
+    let onto = |image: &[u8]| {
+        std::fs::write(&target, image).unwrap();
+        let opened = kura_repo::FileTarget::open_in_place(&target, tue_node).unwrap();
+        let older = (mon_node, Some(sun_node));
+        kura_repo::restore_changed_to(&repo, tue_node, older, 64 << 10, opened)
+    };
+    let e = onto(&sun).await.unwrap_err();
+    assert!(e.to_string().contains("does not hold that snapshot"), "{e}");
+    assert!(std::fs::read(&target).unwrap() == sun, "nothing written");
+    onto(&mon).await.unwrap();
+    assert!(
+        std::fs::read(&target).unwrap() == tue,
+        "onto Monday's image it goes through"
+    );
 }
 
 /// Issue 26 item 5: onto an image file, then a loop device, that holds yesterday's
@@ -779,7 +832,7 @@ async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
     let target = dir.path().join("target.img");
     std::fs::write(&target, &old).unwrap();
     let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
-    let done = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+    let done = kura_repo::restore_changed_to(&repo, &new_node, (&old_node, None), MIB, opened)
         .await
         .unwrap();
     assert_eq!((done.bytes, done.written), (SIZE as u64, 3 * MIB));
@@ -795,7 +848,7 @@ async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
     let other = pseudo_random(SIZE, 99);
     std::fs::write(&target, &other).unwrap();
     let opened = kura_repo::FileTarget::open_in_place(&target, &new_node).unwrap();
-    let e = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+    let e = kura_repo::restore_changed_to(&repo, &new_node, (&old_node, None), MIB, opened)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("does not hold that snapshot"), "{e}");
@@ -808,7 +861,7 @@ async fn an_incremental_restore_writes_only_the_blocks_that_differ() {
         return;
     };
     let opened = kura_repo::FileTarget::open_in_place(Path::new(&dev.0), &new_node).unwrap();
-    let done = kura_repo::restore_changed_to(&repo, &new_node, &old_node, MIB, opened)
+    let done = kura_repo::restore_changed_to(&repo, &new_node, (&old_node, None), MIB, opened)
         .await
         .unwrap();
     drop(dev);
