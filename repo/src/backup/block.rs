@@ -482,7 +482,8 @@ fn parent_fits<'a>(
     // changes say nothing changed: the device's data there would be in no later snapshot.
     if !p.whole {
         return Err(RepoError::WrongParent(
-            "the parent is incomplete or was repaired (`repair snapshots`): blocks it lost              are holes in it; back up without --changed (or with --allocated) to start again"
+            "the parent is incomplete or was repaired (`repair snapshots`): blocks it lost \
+             are holes in it; back up without --changed (or with --allocated) to start again"
                 .into(),
         ));
     }
@@ -534,6 +535,16 @@ impl<S: Storage> Walker<S> {
         node.size = Some(size);
         node.content = Some(content);
         self.summary.files += 1;
+        // An image file written to while it was read (a device's writes move nothing
+        // `fstat` shows) is flagged as a tree's file is, not read again: it is large, and
+        // should have been a frozen snapshot.
+        if meta.kind != rustix::fs::FileType::BlockDevice {
+            let now = super::meta::Meta::of(source.buffered.as_fd())
+                .map_err(|e| RepoError::io(path, e))?;
+            if super::read::changed_since(&meta, &now) {
+                self.flag_changed(&mut node, path);
+            }
+        }
         self.block = Some(record);
         Ok(node)
     }

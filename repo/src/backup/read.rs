@@ -48,6 +48,12 @@ impl Stamp {
     }
 }
 
+/// Whether the file that was `listed` is no longer as it was, by its metadata `now` (a
+/// block backup's image, read once: `block.rs`).
+pub(super) fn changed_since(listed: &Meta, now: &Meta) -> bool {
+    Stamp::of(listed) != Stamp::of(now)
+}
+
 /// A file's content as [`read_checked`] read it.
 pub(super) struct Reading<T> {
     /// What the last reading returned.

@@ -156,6 +156,14 @@ impl<S: Storage> Walker<S> {
     }
 
     /// The files that changed at every reading, taken.
+    /// Flags `node`, the file at `path`, as changed while it was read (FORMAT.md 8.2,
+    /// `changed_during_backup`), and lists it in the snapshot.
+    pub(super) fn flag_changed(&mut self, node: &mut Node, path: &Path) {
+        node.changed_during_backup = true;
+        self.changed.push(path.display().to_string());
+        self.summary.files_changed_during_backup += 1;
+    }
+
     pub(super) fn take_changed(&mut self) -> Vec<String> {
         std::mem::take(&mut self.changed)
     }
@@ -355,9 +363,7 @@ impl<S: Storage> Walker<S> {
                         node.size = Some(size);
                         node.content = Some(content);
                         if read.changed {
-                            node.changed_during_backup = true;
-                            self.changed.push(path.display().to_string());
-                            self.summary.files_changed_during_backup += 1;
+                            self.flag_changed(&mut node, path);
                         }
                     }
                     Err(RepoError::Io { path: _, source }) => {

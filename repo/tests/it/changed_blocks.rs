@@ -809,6 +809,49 @@ async fn an_incremental_restore_onto_a_target_one_backup_behind_is_refused() {
     );
 }
 
+/// Found by review (2026-12-08): an image file written to while a `--block` backup read
+/// it (a VM's disk that was not frozen) was stored as read with nothing said, where a
+/// file of a tree is flagged `changed_during_backup`. It is flagged the same way now (not
+/// read again: an image is large, and it should be a frozen snapshot).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_written_to_during_its_block_backup_is_flagged() {
+    use std::os::unix::fs::FileExt as _;
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.img");
+    let mut repo = Repository::init(env.storage("live"), params())
+        .await
+        .unwrap();
+    std::fs::write(&path, pseudo_random(SIZE, 61)).unwrap();
+    let (_, still) = backup(&mut repo, Source::Block(path.clone()), block_opts(None))
+        .await
+        .unwrap();
+    assert!(still.changed_during_backup.is_empty());
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, file) = (
+            stop.clone(),
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap(),
+        );
+        std::thread::spawn(move || {
+            let mut n = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n = n.wrapping_add(1);
+                file.write_all_at(&[n], 4096).unwrap();
+            }
+        })
+    };
+    let done = backup(&mut repo, Source::Block(path.clone()), block_opts(None)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let (_, live) = done.unwrap();
+    assert_eq!(live.changed_during_backup.len(), 1, "{live:?}");
+    assert_eq!(live.summary.files_changed_during_backup, 1);
+    let node = repo.read_tree(&live.tree).await.unwrap().nodes.remove(0);
+    assert!(node.changed_during_backup);
+}
+
 /// Issue 26 item 5: onto an image file, then a loop device, that holds yesterday's
 /// snapshot, `--only-changed-since` writes the three changed blocks only, and the
 /// discarded block becomes a hole again.
