@@ -61,6 +61,34 @@ fn digest_of(path: &Path) -> Option<ring::digest::Digest> {
         .map(|b| ring::digest::digest(&ring::digest::SHA256, &zeroize::Zeroizing::new(b)))
 }
 
+/// `new`, if it still holds every key of `old` (the same key under each ID: its
+/// `KEY_CHECK`): a key file that lost one, reloaded, would leave every object sealed under
+/// it unreadable, and the Secret it replaced may have held the only copy (`rotate` run on a
+/// stale copy, `generate` by mistake). A restart loads such a file, on purpose; a reload
+/// refuses it.
+fn keeps_every_key(old: &Keyring, new: Keyring) -> Result<Keyring, String> {
+    for entry in old.entries() {
+        match new.get(entry.id) {
+            Some(kept) if kept.key_check() == entry.key_check() => {}
+            Some(_) => {
+                return Err(format!(
+                    "it holds another key under the ID {} than the one in use; restart the \
+                     gateway to load it on purpose",
+                    entry.id
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "it lacks the key {} in use, so the objects sealed under it would no \
+                     longer read; restart the gateway to load it on purpose",
+                    entry.id
+                ));
+            }
+        }
+    }
+    Ok(new)
+}
+
 impl Reloader {
     pub(crate) fn new(
         keys: Option<(KeySource, Arc<ArcSwap<Keyring>>)>,
@@ -118,7 +146,8 @@ impl Reloader {
         if let Some((source, keys)) = &self.keys
             && (self.take_change(&[&source.path]) || all)
         {
-            match (source.load)(&source.path) {
+            let loaded = (source.load)(&source.path).and_then(|k| keeps_every_key(&keys.load(), k));
+            match loaded {
                 Ok(keyring) => {
                     let active = keyring.active().id;
                     keys.store(Arc::new(keyring));

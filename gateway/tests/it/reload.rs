@@ -8,7 +8,7 @@ use kura_gateway::reload::{KeyLoader, KeySource};
 use kura_keys::Keyring;
 use kura_keys::keyfile::Existing;
 
-use crate::harness::{BUCKET, Env};
+use crate::harness::{AK, BUCKET, Env, SK, client, gateway_config, put};
 
 fn loader() -> KeyLoader {
     Arc::new(|path: &std::path::Path| {
@@ -65,6 +65,34 @@ async fn a_rotated_key_file_is_used_after_a_reload_and_a_broken_one_is_refused()
     assert!(
         metrics.contains("kura_reloads_total{file=\"keys\",result=\"ok\"} 1")
             && metrics.contains("kura_reloads_total{file=\"keys\",result=\"failed\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// Found by review (2026-12-08): a reload took any key file that parsed, so a file that
+/// lacked keys in use (`rotate` run on a stale copy, or `generate` by mistake, then
+/// applied to the Secret) made every object under the missing keys unreadable, and the
+/// replaced Secret may have held their only copy. Such a file is refused now, the keys in
+/// use kept; a restart loads it, on purpose.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_file_without_a_key_in_use_is_refused_and_the_keys_in_use_stay() {
+    let (env, dir) = reloading().await;
+    let path = dir.path().join("keys.toml");
+    env.put("before", b"sealed under the first key").await;
+    let first = env.keyring.active().id.to_string();
+
+    let other = Keyring::generate("a stale or new file".into()).unwrap();
+    other.save(&path, None, Existing::Replace).unwrap();
+    assert!(
+        !env.gateway.reload_now().await,
+        "a file without the key in use is refused"
+    );
+    assert_eq!(env.get("before").await, b"sealed under the first key");
+    env.put("after", b"still the first key").await;
+    assert_eq!(stored_key_id(&env, "after"), first);
+    let metrics = env.gateway.metrics.render();
+    assert!(
+        metrics.contains("kura_reloads_total{file=\"keys\",result=\"failed\"} 1"),
         "{metrics}"
     );
 }
@@ -143,25 +171,34 @@ async fn a_renewed_certificate_is_served_after_a_reload_and_a_broken_one_is_refu
 }
 
 /// Before: a HEAD of an object under a key the key file lacked was remembered as
-/// unreadable for 10 minutes, so after a reload that brought the key back, HEADs still
+/// unreadable for 10 minutes, so after a reload that brought the key in, HEADs still
 /// failed while GETs worked. What was remembered holds only for the key file it was found
-/// with.
+/// with. (A replica already rotated writes under the new key before this gateway has it,
+/// as during a rollout of the Secret.)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_object_unreadable_under_one_key_file_is_read_again_after_a_reload() {
     let (env, dir) = reloading().await;
     let path = dir.path().join("keys.toml");
-    env.put("x", b"sealed under the first key").await;
-    let head = || env.client.head_object().bucket(BUCKET).key("x").send();
-
-    Keyring::generate("other".into())
-        .unwrap()
-        .save(&path, None, Existing::Replace)
+    let mut rotated = Keyring::from_toml(&std::fs::read_to_string(&path).unwrap(), None).unwrap();
+    rotated.rotate("test".into()).unwrap();
+    let rotated = Arc::new(rotated);
+    let ahead = kura_gateway::server::start(gateway_config(&env.upstream, rotated.clone()))
+        .await
         .unwrap();
-    assert!(env.gateway.reload_now().await);
-    assert!(head().await.is_err(), "its key is not in the file");
+    put(
+        &client(ahead.addr, AK, SK),
+        "x",
+        b"sealed under the second key",
+    )
+    .await;
+    let head = || env.client.head_object().bucket(BUCKET).key("x").send();
+    assert!(
+        head().await.is_err(),
+        "its key is not in this gateway's file yet"
+    );
 
-    env.keyring.save(&path, None, Existing::Replace).unwrap();
+    rotated.save(&path, None, Existing::Replace).unwrap();
     assert!(env.gateway.reload_now().await);
     head().await.unwrap();
-    assert_eq!(env.get("x").await, b"sealed under the first key");
+    assert_eq!(env.get("x").await, b"sealed under the second key");
 }
