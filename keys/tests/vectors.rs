@@ -99,10 +99,25 @@ fn check(v: &Vector) -> Result<(), String> {
         (class, Ok(())) => Err(format!("expected {class}, but it opened")),
         (class, Err(e)) if e.class() == class => {
             // Random access must fail too, in the same class when it gets as far as the
-            // header, and in any class otherwise (it reads the size first).
+            // header, and in any class otherwise (it reads the size first), and it must
+            // not write out more of the body than the streaming reader did before its
+            // error (found by review, 2026-12-08: `kura keys decrypt` wrote an appended
+            // part's plaintext before it failed, which a GET never sends).
             let also_fails = match random_access {
                 Err(_) => true,
-                Ok(mut r) => r.read_all(&mut Vec::new()).is_err(),
+                Ok(mut r) => {
+                    let mut got = Vec::new();
+                    let failed = r.read_all(&mut got).is_err();
+                    let sized = sized_walk(v, &kr);
+                    if got.len() > sized {
+                        return Err(format!(
+                            "random access wrote {} bytes before failing, a reader that \
+                             knows the body's length (the gateway's) {sized}",
+                            got.len(),
+                        ));
+                    }
+                    failed
+                }
             };
             if !also_fails {
                 return Err("random access read it without error".into());
@@ -112,6 +127,24 @@ fn check(v: &Vector) -> Result<(), String> {
         }
         (class, Err(e)) => Err(format!("expected {class}, got {} ({e})", e.class())),
     }
+}
+
+/// How many bytes of `v`'s plaintext a streaming reader that knows the body's length, as
+/// the gateway's GET does, writes before it fails (SPEC 5.2: with the length it knows
+/// whether a trailer may follow, so a part after one shorter than P fails at its start).
+fn sized_walk(v: &Vector, kr: &Arc<Keyring>) -> usize {
+    let trailer = matches!(
+        kura_keys::layout::plaintext_size(v.body.len() as u64),
+        Ok(kura_keys::layout::SizeInfo::Trailer)
+    );
+    let (bucket, key) = (&v.fields["bucket"], &v.fields["key"]);
+    let mut opener =
+        BodyOpener::new(kr.clone(), bucket.clone(), key.clone()).expect_trailer(trailer);
+    let mut out = kura_keys::Output::new();
+    let _ = opener
+        .update(&v.body, &mut out)
+        .and_then(|()| opener.finish(&mut out));
+    out.len()
 }
 
 /// A body that fails only on its part lengths opens to `unchecked-plaintext-sha256:` when

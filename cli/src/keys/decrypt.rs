@@ -82,8 +82,13 @@ pub fn run(
     let loaded = file::load(path)?;
     let name = ObjectName::new(&object.bucket, &object.key)?;
     let mut stdout = std::io::stdout().lock();
+    // No layout (a size the reader cannot tell): parts that are not all P long, with no
+    // trailer listing them. A failure then may be an irregular object whose trailer was
+    // never written, which the option below recovers.
+    let mut layoutless = false;
     let result = if let Some(f) = open_input(input)? {
         let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
+        layoutless = reader.size().is_none();
         if unchecked_part_lengths {
             reader = reader.unchecked_part_lengths();
         }
@@ -114,7 +119,15 @@ pub fn run(
         kura_keys::pump(&mut std::io::stdin().lock(), &mut opener, &mut stdout)
     };
     stdout.flush()?;
-    result.context("decrypting (any output written so far is incomplete: discard it)")
+    let result = result.context("decrypting (any output written so far is incomplete: discard it)");
+    if layoutless && !unchecked_part_lengths {
+        return result.context(
+            "its parts are not all of the part size and no trailer lists them: an irregular \
+             multipart object whose trailer was never written (SPEC 6.3) is recovered with \
+             --unchecked-part-lengths, which checks everything but the part lengths",
+        );
+    }
+    result
 }
 
 /// A range from a pipe: walk the whole body and keep the requested bytes.
