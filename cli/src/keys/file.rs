@@ -39,8 +39,12 @@ pub fn passphrase(confirm: bool) -> anyhow::Result<Passphrase> {
 }
 
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading key file {}", path.display()))?;
+    // The key file's text holds the keys (base64): wiped when dropped, as every reload
+    // of the gateway reads it again.
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading key file {}", path.display()))?,
+    );
     let sealed = kura_keys::keyfile::is_sealed(&text)
         .with_context(|| format!("key file {}", path.display()))?;
     let passphrase = if sealed {
