@@ -482,6 +482,17 @@ pub enum KeysCommand {
     Rotate {
         #[command(flatten)]
         key_file: KeyFileArg,
+        /// Add the key without making it active: for several gateways, each of which must
+        /// hold it before any seals with it; `kura keys activate` then makes it active.
+        #[arg(long)]
+        inactive: bool,
+    },
+    /// Make a key of a key file the active one (the second step of `rotate --inactive`).
+    Activate {
+        #[command(flatten)]
+        key_file: KeyFileArg,
+        /// The key's ID, as `kura keys list` shows it.
+        id: String,
     },
     /// Encrypt stdin into a kura object on stdout, as the gateway would store it.
     Encrypt {

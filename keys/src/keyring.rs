@@ -124,13 +124,38 @@ impl Keyring {
     /// # Errors
     /// [`Error::Random`] if the system generator fails.
     pub fn rotate(&mut self, created: String) -> Result<KeyId> {
+        let id = self.add(created)?;
+        self.activate(id)?;
+        Ok(id)
+    }
+
+    /// Adds a new random key, leaving the active one as it is: the first step of a
+    /// rotation across several gateways, each of which can then read what the others
+    /// seal under the new key once [`Keyring::activate`] makes it active.
+    ///
+    /// # Errors
+    /// [`Error::Random`] if the system generator fails.
+    pub fn add(&mut self, created: String) -> Result<KeyId> {
         let mut id = KeyId::generate()?;
         while self.get(id).is_some() {
             id = KeyId::generate()?;
         }
         self.keys.push(KeyEntry::new(id, created, Kek::generate()?));
-        self.active = self.keys.len() - 1;
         Ok(id)
+    }
+
+    /// Makes the held key `id` the one new objects are written with.
+    ///
+    /// # Errors
+    /// [`Error::KeyFile`] when no key of this ID is held.
+    pub fn activate(&mut self, id: KeyId) -> Result<()> {
+        let at = self
+            .keys
+            .iter()
+            .position(|k| k.id == id)
+            .ok_or_else(|| Error::KeyFile(format!("no key {id} in the key file")))?;
+        self.active = at;
+        Ok(())
     }
 
     /// The key new objects are written with.

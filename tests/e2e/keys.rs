@@ -166,6 +166,61 @@ fn rotation_keeps_old_objects_readable_and_writes_with_the_new_key() {
     );
 }
 
+/// Found by review (2026-12-08): `rotate` made the new key active at once, so while a
+/// Secret reached the replicas one by one, one sealed objects that another could not read
+/// yet. `rotate --inactive` adds the key only; `activate` makes it active once every
+/// gateway has the file.
+#[test]
+fn a_key_added_inactive_is_read_but_not_written_with_until_it_is_activated() {
+    let dir = tempfile::tempdir().unwrap();
+    let kf = generate(dir.path());
+    let kf = kf.to_str().unwrap();
+    let active = || {
+        let list = kura(&["keys", "list", "--key-file", kf, "--json"], b"");
+        let keys: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+        let ids: Vec<String> = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["id"].as_str().unwrap().to_owned())
+            .collect();
+        let on = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["active"] == true);
+        (ids, on.unwrap()["id"].as_str().unwrap().to_owned())
+    };
+    let (_, first) = active();
+    let added = kura(&["keys", "rotate", "--inactive", "--key-file", kf], b"");
+    assert!(added.status.success());
+    let (ids, still) = active();
+    assert_eq!((ids.len(), still.as_str()), (2, first.as_str()));
+    let second = ids.iter().find(|id| **id != first).unwrap().clone();
+    let sealed = kura(&crypt("encrypt", kf, "k"), b"before").stdout;
+    assert_eq!(
+        hex::encode(&sealed[8..16]),
+        first,
+        "written with the active key"
+    );
+
+    let unknown = kura(
+        &["keys", "activate", "--key-file", kf, "0123456789abcdef"],
+        b"",
+    );
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no key 0123456789abcdef"));
+    assert!(
+        kura(&["keys", "activate", "--key-file", kf, &second], b"")
+            .status
+            .success()
+    );
+    assert_eq!(active().1, second);
+    let after = kura(&crypt("encrypt", kf, "k"), b"after").stdout;
+    assert_eq!(hex::encode(&after[8..16]), second);
+    assert_eq!(kura(&crypt("decrypt", kf, "k"), &sealed).stdout, b"before");
+}
+
 #[test]
 fn sealed_key_file_needs_its_passphrase() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,7 +18,8 @@ pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
     match cmd {
         KeysCommand::Generate { out, passphrase } => generate::run(&out, passphrase),
         KeysCommand::List { key_file, json } => list::run(&key_file.key_file, json),
-        KeysCommand::Rotate { key_file } => rotate::run(&key_file.key_file),
+        KeysCommand::Rotate { key_file, inactive } => rotate::run(&key_file.key_file, inactive),
+        KeysCommand::Activate { key_file, id } => rotate::activate(&key_file.key_file, &id),
         KeysCommand::Encrypt {
             key_file,
             object,
