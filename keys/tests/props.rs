@@ -378,6 +378,45 @@ fn an_irregular_body_without_its_trailer_opens_only_with_lengths_unchecked() {
     assert_eq!(out, &d[69_990..=70_010]);
 }
 
+/// Found by the final review (2026-12-08): an irregular body whose trailer was never
+/// written can have any length, also one in the class a trailer gives (SPEC 6.1); the
+/// reader took such a length for a trailer it had not found, and `read_all` with part
+/// lengths unchecked, the recovery, failed as truncated.
+#[test]
+fn an_untrailered_body_whose_length_looks_trailered_is_still_recovered() {
+    use kura_keys::format::HEADER_SIZE;
+    let kr = Arc::new(keyring());
+    let first = 70_000u64;
+    let ct = |n: u64| kura_keys::part_ciphertext_len(n).unwrap();
+    let second = (1..2 * SEG as u64)
+        .find(|&n| {
+            let len = HEADER_SIZE as u64 + ct(first) + ct(n);
+            matches!(
+                kura_keys::plaintext_size(len),
+                Ok(kura_keys::SizeInfo::Trailer)
+            )
+        })
+        .expect("a length in the trailer class");
+    let d = pseudo_random(usize::try_from(first + second).unwrap(), 9);
+    let split = usize::try_from(first).unwrap();
+    let body = seal_multipart(
+        &kr,
+        "b",
+        "k",
+        Cipher::Aes256Gcm,
+        &[(1, &d[..split]), (2, &d[split..])],
+        false,
+    );
+    let name = ObjectName::new("b", "k").unwrap();
+    let mut out = Vec::new();
+    ObjectReader::open(Cursor::new(&body), &kr, &name)
+        .unwrap()
+        .unchecked_part_lengths()
+        .read_all(&mut out)
+        .unwrap();
+    assert!(out == d, "recovered whole");
+}
+
 /// Aligned parts of unequal sizes: the size is right but the part size hint is not; the
 /// reader notices at the part boundary and walks, and the walk refuses part 2 (not `P`
 /// long) unless part lengths go unchecked.

@@ -1253,17 +1253,50 @@ fn changed_block_backups_and_an_incremental_restore_run_from_the_command_line() 
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("2097152 of 4194304 bytes written"), "{err}");
+}
 
-    // A standby still holding Monday's image, told it holds Tuesday's (whose parent is
-    // Monday's: the blocks Tuesday changed are checked too), is refused.
-    let out = onto_monday(id3, second["id"].as_str().unwrap());
-    assert!(!out.status.success());
+/// Found by review (2026-12-08), from the command line: a standby one backup behind
+/// (Sunday's image, told it holds Monday's) passed the spot check, 16 samples over 255
+/// shared blocks missing the one Monday changed, and took Tuesday's changes over Sunday's
+/// image. `restore` looks up Monday's parent, and the check reads the blocks Monday changed.
+#[test]
+fn an_incremental_restore_onto_a_standby_one_backup_behind_is_refused() {
+    const BLOCK: usize = 64 << 10;
+    let gw = gateway();
+    ok(&kura(&gw, &["init", "--block-kib", "64"], None));
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let sun = pseudo_random(256 * BLOCK, 81);
+    let mut mon = sun.clone();
+    mon[7 * BLOCK..8 * BLOCK].copy_from_slice(&pseudo_random(BLOCK, 82));
+    let mut tue = mon.clone();
+    tue[..BLOCK].copy_from_slice(&pseudo_random(BLOCK, 83));
+    let mut ids: Vec<String> = Vec::new();
+    for (name, image) in [("sun", &sun), ("mon", &mon), ("tue", &tue)] {
+        std::fs::write(p(name), image).unwrap();
+        let img = p(name);
+        let mut args = vec!["backup", "--json", "--block", "--source-id", "vg0/vol"];
+        if !ids.is_empty() {
+            args.extend(["--parent", "latest"]);
+        }
+        args.push(&img);
+        let out: serde_json::Value = serde_json::from_str(&ok(&kura(&gw, &args, None))).unwrap();
+        ids.push(out["id"].as_str().unwrap().to_owned());
+    }
+    std::fs::write(p("standby.img"), &sun).unwrap();
+    let standby = p("standby.img");
+    let args = [
+        "restore",
+        &ids[2],
+        &standby,
+        "--only-changed-since",
+        &ids[1],
+    ];
+    let out = kura(&gw, &args, None);
+    assert!(!out.status.success(), "the standby holds Sunday's image");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("does not hold that snapshot"), "{err}");
-    assert!(
-        std::fs::read(p("target.img")).unwrap() == mon,
-        "nothing written"
-    );
+    assert!(std::fs::read(&standby).unwrap() == sun, "nothing written");
 }
 
 /// Before: a restore held each directory it was writing into open, and up to about 2,000

@@ -87,8 +87,16 @@ pub fn run(
     // never written, which the option below recovers.
     let mut layoutless = false;
     let result = if let Some(f) = open_input(input)? {
+        // Of the lengths such an object can have, only one with no room for a trailer
+        // (SPEC 6.1) says no trailer was written; another may hold a damaged one.
+        let aligned = f.metadata().is_ok_and(|m| {
+            matches!(
+                kura_keys::plaintext_size(m.len()),
+                Ok(kura_keys::SizeInfo::Aligned(_))
+            )
+        });
         let mut reader = ObjectReader::open(f, &loaded.keyring, &name)?;
-        layoutless = reader.size().is_none();
+        layoutless = reader.size().is_none() && aligned;
         if unchecked_part_lengths {
             reader = reader.unchecked_part_lengths();
         }
@@ -122,9 +130,9 @@ pub fn run(
     let result = result.context("decrypting (any output written so far is incomplete: discard it)");
     if layoutless && !unchecked_part_lengths {
         return result.context(
-            "its parts are not all of the part size and no trailer lists them: an irregular \
-             multipart object whose trailer was never written (SPEC 6.3) is recovered with \
-             --unchecked-part-lengths, which checks everything but the part lengths",
+            "no trailer lists this body's parts: if it is an irregular multipart object whose \
+             trailer was never written (SPEC 6.3), --unchecked-part-lengths recovers it, \
+             checking everything but the part lengths",
         );
     }
     result

@@ -84,12 +84,7 @@ pub fn run(args: &BackupArgs) -> Result<()> {
         }
         // A warning, not a failure (exit 0): the snapshot holds every file, and a busy
         // log or database would otherwise fail every scheduled run (repo/README.md).
-        for path in &snap.changed_during_backup {
-            eprintln!(
-                "kura: warning: {path} changed while it was read, twice: stored as read (it may \
-                 mix versions) and flagged; the next backup reads it again"
-            );
-        }
+        warn_changed(&snap);
         anyhow::Ok((snap.incomplete, mismatched))
     })?;
     let (incomplete, mismatched) = incomplete;
@@ -195,4 +190,22 @@ async fn latest_of_source(
         .find(|(_, s)| s.block.as_ref().is_some_and(|b| b.source == source))
         .map(|(id, _)| id)
         .with_context(|| format!("no block snapshot of source {source:?} to take as parent"))
+}
+
+/// One warning per file that changed while it was read (a warning, not a failure).
+fn warn_changed(snap: &kura_repo::Snapshot) {
+    for path in &snap.changed_during_backup {
+        if snap.block.is_some() {
+            eprintln!(
+                "kura: warning: {path} was written to while it was read: stored as read (it \
+                 may mix versions) and flagged; no --changed backup can build on this \
+                 snapshot: back up a frozen snapshot of it"
+            );
+        } else {
+            eprintln!(
+                "kura: warning: {path} changed while it was read, twice: stored as read (it \
+                 may mix versions) and flagged; the next backup reads it again"
+            );
+        }
+    }
 }

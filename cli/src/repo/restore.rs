@@ -159,13 +159,17 @@ async fn changed_since(
     };
     // What a repair lost is holes in the snapshot: set against OLD's blobs they would
     // zero the target's copy of those blocks, which may be the only one left.
-    if snap.incomplete || !snap.errors.is_empty() {
-        bail!(
-            "snapshot {} is incomplete or was repaired: blocks it lost are holes in it, and \
-             writing the blocks that differ would zero the target's copy of them; restore it \
-             whole instead",
-            id.short()
-        );
+    // Of the older one, a lost block is a hole: where the new one has a hole there too,
+    // the block counts as the same and is not written, and the target keeps what it holds.
+    for (which, s) in [(id, snap), (&since_id, &since_snap)] {
+        if s.incomplete || !s.errors.is_empty() {
+            bail!(
+                "snapshot {} is incomplete or was repaired: blocks it lost are holes in it, so \
+                 the blocks that differ cannot be told; restore snapshot {} whole instead",
+                which.short(),
+                id.short()
+            );
+        }
     }
     if new.source != old.source || new.block_size != old.block_size {
         bail!(
@@ -184,7 +188,9 @@ async fn changed_since(
             tree.nodes.len()
         );
     };
-    let before = before_since(repo, &since_snap).await;
+    let before = before_since(repo, &since_snap)
+        .await
+        .with_context(|| format!("reading the parent of snapshot {}", since_id.short()))?;
     let target = kura_repo::FileTarget::open_in_place(&args.target, node)
         .with_context(|| format!("restoring onto {}", args.target.display()))?;
     eprintln!(
@@ -210,22 +216,29 @@ async fn changed_since(
 }
 
 /// The image of the parent of `since` (the snapshot the target holds), where it is a block
-/// backup of the same source that reads: the check of the target then also reads blocks
-/// `since` changed from it, which a standby one backup behind holds wrong. `None` (no such
-/// extra check) otherwise.
+/// backup of the same source: the check of the target then also reads blocks `since`
+/// changed from it, which a standby one backup behind holds wrong. `None` (no such extra
+/// check) where there is no such parent, or it was forgotten; a storage error fails.
 async fn before_since(
     repo: &kura_repo::Repository<kura_repo::S3Storage>,
     since: &kura_repo::Snapshot,
-) -> Option<kura_repo::Node> {
-    let parent = repo.load_snapshot(&since.parent?).await.ok()?;
+) -> Result<Option<kura_repo::Node>> {
+    let Some(parent) = since.parent else {
+        return Ok(None);
+    };
+    let parent = match repo.load_snapshot(&parent).await {
+        Ok(p) => p,
+        Err(kura_repo::RepoError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
     let (Some(a), Some(b)) = (&parent.block, &since.block) else {
-        return None;
+        return Ok(None);
     };
     if a.source != b.source || a.block_size != b.block_size {
-        return None;
+        return Ok(None);
     }
-    let mut tree = repo.read_tree(&parent.tree).await.ok()?;
-    (tree.nodes.len() == 1).then(|| tree.nodes.remove(0))
+    let mut tree = repo.read_tree(&parent.tree).await?;
+    Ok((tree.nodes.len() == 1).then(|| tree.nodes.remove(0)))
 }
 
 /// Waits for SIGINT or SIGTERM (what Ctrl-C and Kubernetes send); names it.

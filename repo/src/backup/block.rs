@@ -482,8 +482,9 @@ fn parent_fits<'a>(
     // changes say nothing changed: the device's data there would be in no later snapshot.
     if !p.whole {
         return Err(RepoError::WrongParent(
-            "the parent is incomplete or was repaired (`repair snapshots`): blocks it lost \
-             are holes in it; back up without --changed (or with --allocated) to start again"
+            "the parent is incomplete, was repaired (`repair snapshots`) or changed while it \
+             was read: blocks it lost are holes in it, or may be torn; back up without \
+             --changed (or with --allocated) to start again"
                 .into(),
         ));
     }

@@ -205,7 +205,11 @@ fn run<S: Storage>(
                 .block_on(w.packer.repo().read_tree(&snap.tree))?,
             started: snap.instant(),
             xattrs_recorded: snap.xattrs_recorded,
-            whole: !snap.incomplete && snap.errors.is_empty(),
+            // An image flagged as written to while it was read may be torn: a `--changed`
+            // run would keep its blocks wherever the extents say nothing changed.
+            whole: !snap.incomplete
+                && snap.errors.is_empty()
+                && snap.changed_during_backup.is_empty(),
             block: snap.block,
         }),
         None => None,

@@ -46,8 +46,10 @@ pub(super) struct Parent {
     pub(super) xattrs_recorded: bool,
     /// What it read, if it is a block backup.
     pub(super) block: Option<crate::snapshot::BlockRecord>,
-    /// Whether it read everything and was not repaired (no `incomplete`, no `errors`):
-    /// what a repair lost is holes in it, which a `--changed` run would take for content.
+    /// Whether it read everything, was not repaired and read nothing that changed while it
+    /// was read (no `incomplete`, `errors` or `changed_during_backup`): what a repair lost
+    /// is holes in it, and a torn image's blocks may be wrong, either of which a
+    /// `--changed` run would keep.
     pub(super) whole: bool,
 }
 
@@ -155,7 +157,6 @@ impl<S: Storage> Walker<S> {
         std::mem::take(&mut self.errors)
     }
 
-    /// The files that changed at every reading, taken.
     /// Flags `node`, the file at `path`, as changed while it was read (FORMAT.md 8.2,
     /// `changed_during_backup`), and lists it in the snapshot.
     pub(super) fn flag_changed(&mut self, node: &mut Node, path: &Path) {
@@ -164,6 +165,7 @@ impl<S: Storage> Walker<S> {
         self.summary.files_changed_during_backup += 1;
     }
 
+    /// The files that changed at every reading, taken.
     pub(super) fn take_changed(&mut self) -> Vec<String> {
         std::mem::take(&mut self.changed)
     }

@@ -103,9 +103,11 @@ impl<'de> Visitor<'de> for Record<'_> {
                 Field::BlockMetadataType => {
                     map.next_value::<IgnoredAny>()?;
                 }
+                // `null` is absent, as the derived reader before this one took it.
                 Field::VolumeCapacityBytes => {
-                    let Number(c) = map.next_value()?;
-                    same_capacity(&mut self.0.capacity, c).map_err(de::Error::custom)?;
+                    if let Some(Number(c)) = map.next_value()? {
+                        same_capacity(&mut self.0.capacity, c).map_err(de::Error::custom)?;
+                    }
                 }
                 Field::BlockMetadata => map.next_value_seed(Blocks(&mut *self.0))?,
             }
