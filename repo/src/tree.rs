@@ -34,11 +34,11 @@ pub(crate) fn too_deep(depth: usize, path_len: usize) -> Option<String> {
 }
 
 /// Where a directory lies in a snapshot's trees: how many levels below the top tree (the
-/// top's own subdirectories are at 1, as the restore counts) and how many bytes its path
-/// from the top has (names joined by `/`). The commands that descend a snapshot's trees by
-/// recursion (`check`, `diff`, `repair snapshots`, `kura ls`) go no deeper than
-/// [`MAX_DEPTH`] and [`MAX_PATH_BYTES`] either, so that a hostile snapshot, deeper than
-/// any backup makes, gets an error there instead of overflowing their stack.
+/// top's own subdirectories are at 1) and how many bytes its path from the top has (names
+/// joined by `/`). Every walk that descends a snapshot's trees counts with it: the
+/// restore, and those that recurse (`check`, `diff`, `repair snapshots`, `kura ls`), which
+/// so go no deeper than [`MAX_DEPTH`] and [`MAX_PATH_BYTES`] either, and give a hostile
+/// snapshot, deeper than any backup makes, an error instead of overflowing their stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Depth {
     levels: usize,
@@ -242,7 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn a_depth_counts_levels_and_path_bytes_as_the_restore_does_and_refuses_past_the_limits() {
+    fn a_depth_counts_levels_and_path_bytes_and_refuses_past_the_limits() {
         let mut at = Depth::default();
         for _ in 0..MAX_DEPTH {
             at = at.below(b"d").unwrap();

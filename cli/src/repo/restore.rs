@@ -161,10 +161,10 @@ async fn changed_since(
             }
         );
     };
-    // What a repair lost is holes in the snapshot: set against OLD's blobs they would
-    // zero the target's copy of those blocks, which may be the only one left.
-    // Of the older one, a lost block is a hole: where the new one has a hole there too,
-    // the block counts as the same and is not written, and the target keeps what it holds.
+    // What a repair lost is holes in the snapshot. In the new one, set against the older
+    // one's blobs, they would zero the target's copy of those blocks, maybe the only one
+    // left; in the older one, beside a hole of the new one, the block would count as the
+    // same and not be written, and the target would keep what it holds there.
     for (which, s) in [(id, snap), (&since_id, &since_snap)] {
         if s.incomplete || !s.errors.is_empty() {
             bail!(

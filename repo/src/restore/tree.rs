@@ -26,7 +26,7 @@ use crate::id::Id;
 use crate::include::Include;
 use crate::repository::Repository;
 use crate::storage::Storage;
-use crate::tree::{Node, NodeType, Tree};
+use crate::tree::{Depth, Node, NodeType, Tree};
 use crate::trees_ahead::TreesAhead;
 
 /// Counts of what a restore wrote.
@@ -157,8 +157,8 @@ struct Level<S: Storage> {
     ahead: TreesAhead<S>,
     /// Whether anything was written in it so far (its files, or below).
     wrote: bool,
-    /// The length of its path from the target, in bytes (as named, not as shown).
-    path_bytes: usize,
+    /// Where it lies below the target (levels, and path bytes as named, not as shown).
+    depth: Depth,
     /// How it was entered: `None` for the target's top.
     entered: Option<Entered>,
 }
@@ -192,15 +192,13 @@ impl<S: Storage> Restorer<'_, S> {
     /// entries that fail are listed.
     async fn walk(&mut self, tree: Tree, top: Arc<Dir>) -> Result<bool> {
         let mut above: Vec<Level<S>> = Vec::new();
-        let mut level = self.level(tree, (top, 0), "", false, None).await?;
+        let mut level = self
+            .level(tree, (top, Depth::default()), "", false, None)
+            .await?;
         loop {
             if let Some((at, (i, rel, matched))) = level.subdirs.next() {
                 let tree = level.ahead.tree_at(at).await;
-                let depth = above.len() + 1;
-                if let Some(sub) = self
-                    .enter_level(&level, (i, rel, matched), tree, depth)
-                    .await?
-                {
+                if let Some(sub) = self.enter_level(&level, (i, rel, matched), tree).await? {
                     above.push(std::mem::replace(&mut level, sub));
                 }
                 continue;
@@ -220,7 +218,7 @@ impl<S: Storage> Restorer<'_, S> {
     async fn level(
         &mut self,
         tree: Tree,
-        (dir, path_bytes): (Arc<Dir>, usize),
+        (dir, depth): (Arc<Dir>, Depth),
         rel: &str,
         inside: bool,
         entered: Option<Entered>,
@@ -242,7 +240,7 @@ impl<S: Storage> Restorer<'_, S> {
             tree,
             dir,
             wrote,
-            path_bytes,
+            depth,
             entered,
         })
     }
@@ -331,22 +329,24 @@ impl<S: Storage> Restorer<'_, S> {
     }
 
     /// Enters the subdirectory `i` of `parent`'s tree (`rel` from the target; all of it
-    /// when `matched`), whose tree was read ahead as `tree`, `depth` levels below the
-    /// target: its level, or `None` when it could not be entered (listed as failed).
+    /// when `matched`), whose tree was read ahead as `tree`: its level, or `None` when it
+    /// could not be entered (listed as failed; also beyond [`crate::MAX_DEPTH`] and
+    /// [`crate::MAX_PATH_BYTES`], as [`Depth`] counts).
     async fn enter_level(
         &mut self,
         parent: &Level<S>,
         (i, rel, matched): (usize, String, bool),
         tree: Option<Result<Tree>>,
-        depth: usize,
     ) -> Result<Option<Level<S>>> {
         let name = parent.tree.nodes[i].name();
-        let path_bytes = parent.path_bytes + usize::from(parent.path_bytes > 0) + name.len();
-        if let Some(why) = crate::tree::too_deep(depth, path_bytes) {
-            let e = RepoError::Invalid(format!("{why}: not restored"));
-            self.tally.failed(&rel, e).await?;
-            return Ok(None);
-        }
+        let depth = match parent.depth.below(name.as_bytes()) {
+            Ok(depth) => depth,
+            Err(why) => {
+                let e = RepoError::Invalid(format!("{why}: not restored"));
+                self.tally.failed(&rel, e).await?;
+                return Ok(None);
+            }
+        };
         let (link, existed, tree, sub) = match Self::enter(tree, &parent.dir.open, &name) {
             Ok(entered) => entered,
             Err(e) => {
@@ -363,15 +363,9 @@ impl<S: Storage> Restorer<'_, S> {
         };
         // A directory node without a tree restores as an empty directory.
         let tree = tree.unwrap_or_default();
-        self.level(
-            tree,
-            (Dir::new(sub), path_bytes),
-            &rel,
-            matched,
-            Some(entered),
-        )
-        .await
-        .map(Some)
+        self.level(tree, (Dir::new(sub), depth), &rel, matched, Some(entered))
+            .await
+            .map(Some)
     }
 
     /// Leaves the directory of `level`, entered from `parent` as `entered`: its metadata
