@@ -1392,14 +1392,18 @@ fn a_tree_nested_four_thousand_levels_deep_is_backed_up_and_restored() {
     let n = rustix::io::read(&f, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"at the bottom");
 
+    // A backup of `path` that exits 1 and says `why`.
+    let refused = |path: &Path, why: &str| {
+        let out = kura(&gw, &["backup", path.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(why), "{said}");
+    };
     rustix::fs::mkdirat(&bottom, "deeper", Mode::from_raw_mode(0o755)).unwrap();
     settle();
-    let out = kura(&gw, &["backup", src.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("/deeper: nested more than 4096 directories deep"),
-        "{said}"
+    refused(
+        src.path(),
+        "/deeper: nested more than 4096 directories deep",
     );
 
     // A path longer than `kura_repo::MAX_PATH_BYTES` (32 KiB) is refused the same way.
@@ -1416,13 +1420,7 @@ fn a_tree_nested_four_thousand_levels_deep_is_backed_up_and_restored() {
         rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
         dir = openat(&dir, name.as_str(), OFlags::DIRECTORY, Mode::empty()).unwrap();
     }
-    let out = kura(&gw, &["backup", long.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("its path is longer than 32768 bytes"),
-        "{said}"
-    );
+    refused(long.path(), "its path is longer than 32768 bytes");
 }
 
 /// Before: a restore removed what stood at an entry's name before it made the device node,
